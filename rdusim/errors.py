@@ -1,0 +1,62 @@
+"""User-facing errors.
+
+Every mistake a user can make in a spec file or on the command line becomes a `SpecError` that
+names the file, the key path, what is wrong and how to fix it. The CLI turns it into exit code 2
+and one readable message; a traceback is reserved for bugs in rdusim itself.
+"""
+
+from __future__ import annotations
+
+
+class RdusimError(Exception):
+    """Base class of the errors rdusim reports to users instead of a traceback."""
+
+
+class SpecError(RdusimError):
+    """A problem in a user's input, located as precisely as we can."""
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        file: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.file = file
+        self.key = key
+        self.line = line
+        self.fix = fix
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = self.file or "<input>"
+        if self.line is not None:
+            where += f":{self.line}"
+        head = f"{where}: "
+        if self.key:
+            head += f"{self.key}: "
+        text = head + self.problem
+        if self.fix:
+            text += f"\n  fix: {self.fix}"
+        return text
+
+    def located(self, file: str | None = None, line: int | None = None) -> SpecError:
+        """A copy of this error with the file (and line) filled in where missing."""
+        return SpecError(
+            self.problem,
+            file=self.file or file,
+            key=self.key,
+            line=self.line if self.line is not None else line,
+            fix=self.fix,
+        )
+
+
+class SpecErrors(RdusimError):
+    """Several independent problems found in one file, reported together."""
+
+    def __init__(self, errors: list[SpecError]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(e.render() for e in errors))

@@ -1,0 +1,74 @@
+"""Small vocabulary shared by the model builders, so every builder names and costs ops alike."""
+
+from __future__ import annotations
+
+from rdusim.ir.graph import Dim, Graph, Op, Tensor, TensorKind, TPMode
+
+TOKENS: tuple[Dim, ...] = ("B", "S")
+
+
+class Builder:
+    """Adds tensors and ops to a graph with the model's dtypes."""
+
+    def __init__(self, name: str, act_bytes: float, weight_bytes: float, dense_bytes: float):
+        self.g = Graph(name)
+        self.act_bytes = act_bytes
+        self.weight_bytes = weight_bytes
+        self.dense_bytes = dense_bytes
+
+    def act(self, name: str, *shape: Dim, dtype_bytes: float | None = None) -> str:
+        self.g.tensor(Tensor(name, tuple(shape), dtype_bytes or self.act_bytes))
+        return name
+
+    def cache(self, name: str, *shape: Dim, dtype_bytes: float) -> str:
+        self.g.tensor(Tensor(name, tuple(shape), dtype_bytes, TensorKind.CACHE))
+        return name
+
+    def weight(self, name: str, *shape: int, dense: bool = False) -> Tensor:
+        return Tensor(
+            name, tuple(shape), self.dense_bytes if dense else self.weight_bytes, TensorKind.WEIGHT
+        )
+
+    def op(
+        self,
+        name: str,
+        kind: str,
+        inputs: tuple[str, ...] | list[str],
+        outputs: tuple[str, ...] | list[str],
+        *,
+        weights: tuple[Tensor, ...] = (),
+        tp: TPMode = TPMode.LOCAL,
+        doc: str = "",
+        **attrs: object,
+    ) -> Op:
+        return self.g.add(
+            Op(name, kind, tuple(inputs), tuple(outputs), weights, dict(attrs), tp, doc)
+        )
+
+    def linear(
+        self,
+        name: str,
+        x: str,
+        out: str,
+        k: int,
+        n: int,
+        *,
+        tp: TPMode,
+        count: int = 1,
+        weight_count: int = 1,
+        dense: bool = False,
+        extra_inputs: tuple[str, ...] = (),
+        doc: str = "",
+    ) -> Op:
+        """y = x W: `count` matmuls of k x n per token (heads or routed experts).
+
+        `weight_count` is how many k x n matrices are stored (e.g. all routed experts); a token
+        uses `count` of them.
+        """
+        w = self.weight(f"{name}.weight", weight_count, k, n, dense=dense)
+        return self.op(name, "gemm", [x, *extra_inputs], [out], weights=(w,), tp=tp, doc=doc,
+                       m=TOKENS, k=k, n=n, count=count)
+
+    def norm(self, name: str, x: str, out: str, width: int, doc: str = "") -> Op:
+        w = self.weight(f"{name}.weight", width, dense=True)
+        return self.op(name, "norm", [x], [out], weights=(w,), tp=TPMode.TOKEN, doc=doc)

@@ -1,0 +1,194 @@
+"""The graph IR: tensors with symbolic shapes, ops with cost formulas, a DAG on networkx.
+
+Shapes use three symbols so one graph serves every workload of its phase:
+`B` the batch, `S` the query tokens of each sequence in this step (the prompt in prefill, 1 in
+decode), `T` the key/value positions each query may attend to (S in prefill, the cache length in
+decode). An op knows its shapes and cost formulas and nothing about sockets; sharding is the
+compiler's business.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import networkx as nx
+
+Dim = int | str
+SYMBOLS = ("B", "S", "T", "E")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Values of the shape symbols for one run of a layer graph."""
+
+    batch: int
+    seq: int
+    kv: int
+    evict: int = 0  # `E`: SnapKV eviction candidates of a prompt (0 without SnapStream)
+
+    def env(self) -> dict[str, int]:
+        return {"B": self.batch, "S": self.seq, "T": self.kv, "E": self.evict}
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+
+class TensorKind(StrEnum):
+    ACTIVATION = "activation"
+    WEIGHT = "weight"
+    CACHE = "cache"  # the KV cache: lives in HBM across steps
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[Dim, ...]
+    dtype_bytes: float
+    kind: TensorKind = TensorKind.ACTIVATION
+    axes: tuple[str, ...] = ()  # optional axis names, e.g. ("batch", "seq", "heads", "dim")
+
+    def numel(self, env: dict[str, int] | None = None) -> float:
+        n = 1.0
+        for d in self.shape:
+            if isinstance(d, str):
+                if env is None:
+                    raise ValueError(f"tensor {self.name} has symbolic dim {d}; pass a workload")
+                n *= env[d]
+            else:
+                n *= d
+        return n
+
+    def nbytes(self, env: dict[str, int] | None = None) -> float:
+        return self.numel(env) * self.dtype_bytes
+
+
+class CostClass(StrEnum):
+    """Which hardware pipeline does an op's arithmetic; each has its own achieved efficiency."""
+
+    SYSTOLIC = "systolic"  # GEMMs on systolic PCUs
+    ATTENTION = "attention"  # flash-style QK^T, softmax, PV fused
+    SIMD = "simd"  # norms, activations, softmax, reductions, sorting, top-k
+    MEMORY = "memory"  # gathers, scatters, concatenations: address generation and data movement
+
+
+class TPMode(StrEnum):
+    """How a model-parallel (tensor) split acts on the op's math.
+
+    COLUMN: split the output features (heads); ROW: split the contracted features (partial sums
+    result); HEADS: attention split by heads; LOCAL: elementwise on whatever split its input has;
+    TOKEN: needs whole rows (norms, residual adds, routing), so under TP it runs on a token slice.
+    """
+
+    COLUMN = "column"
+    ROW = "row"
+    HEADS = "heads"
+    LOCAL = "local"
+    TOKEN = "token"
+    EXPERT = "expert"  # routed experts: split the experts' intermediate features (TP) or experts (EP)
+
+
+@dataclass
+class Op:
+    """One operator. `kind` selects its cost formula in `rdusim.ir.ops`."""
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    weights: tuple[Tensor, ...] = ()
+    attrs: dict[str, Any] = field(default_factory=dict)
+    tp_mode: TPMode = TPMode.LOCAL
+    doc: str = ""
+
+    @property
+    def cost_class(self) -> CostClass:
+        from rdusim.ir.ops import cost_class_of
+
+        return cost_class_of(self)
+
+    def weight_bytes(self) -> float:
+        return sum(w.nbytes() for w in self.weights)
+
+    def weight_params(self) -> float:
+        return sum(w.numel() for w in self.weights)
+
+
+class Graph:
+    """A DAG of ops connected by tensors; node = op name, edge = tensor from producer to consumer."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tensors: dict[str, Tensor] = {}
+        self.ops: dict[str, Op] = {}
+        self.dag: nx.DiGraph = nx.DiGraph()
+        self.producer: dict[str, str] = {}
+
+    # building -----------------------------------------------------------------------------
+    def tensor(self, t: Tensor) -> Tensor:
+        if t.name in self.tensors and self.tensors[t.name] != t:
+            raise ValueError(f"tensor {t.name} defined twice with different shapes")
+        self.tensors[t.name] = t
+        return t
+
+    def add(self, op: Op) -> Op:
+        if op.name in self.ops:
+            raise ValueError(f"op {op.name} defined twice in graph {self.name}")
+        for name in (*op.inputs, *op.outputs):
+            if name not in self.tensors:
+                raise ValueError(f"op {op.name} uses undeclared tensor {name}")
+        self.ops[op.name] = op
+        self.dag.add_node(op.name)
+        for out in op.outputs:
+            if out in self.producer:
+                raise ValueError(f"tensor {out} produced by both {self.producer[out]} and {op.name}")
+            self.producer[out] = op.name
+        for inp in op.inputs:
+            src = self.producer.get(inp)
+            if src is not None:
+                self.dag.add_edge(src, op.name, tensor=inp)
+        return op
+
+    # queries ------------------------------------------------------------------------------
+    def order(self) -> list[str]:
+        """Op names in a deterministic topological order (build order breaks ties)."""
+        index = {name: i for i, name in enumerate(self.ops)}
+        return list(nx.lexicographical_topological_sort(self.dag, key=lambda n: index[n]))
+
+    def __iter__(self) -> Iterator[Op]:
+        return (self.ops[n] for n in self.order())
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def consumers(self, tensor: str) -> list[str]:
+        return [n for n, op in self.ops.items() if tensor in op.inputs]
+
+    def graph_inputs(self) -> list[str]:
+        used = {t for op in self.ops.values() for t in op.inputs}
+        return [t for t in self.tensors if t in used and t not in self.producer]
+
+    def graph_outputs(self) -> list[str]:
+        used = {t for op in self.ops.values() for t in op.inputs}
+        return [t for t in self.producer if t not in used]
+
+    def weight_params(self) -> float:
+        return sum(op.weight_params() for op in self.ops.values())
+
+    def weight_bytes(self) -> float:
+        return sum(op.weight_bytes() for op in self.ops.values())
+
+    def match(self, patterns: Iterable[str]) -> list[str]:
+        """Op names matching names or shell-style patterns, in graph order."""
+        import fnmatch
+
+        pats = list(patterns)
+        return [n for n in self.order() if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+
+
+def prod(values: Iterable[float]) -> float:
+    return math.prod(values)

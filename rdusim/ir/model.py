@@ -1,0 +1,120 @@
+"""A whole model as IR: one graph per layer kind, plus embedding, head and the MTP module.
+
+Layers of one kind are identical, so the model is a list of (kind, count) and one graph each;
+parameter counts and the KV bytes per token are read off these graphs, so they always agree with
+what the compiler and simulator see.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rdusim.ir.builders import deepseek, llama
+from rdusim.ir.builders.deepseek import SnapStreamShape
+from rdusim.ir.graph import Graph, TensorKind, TPMode
+from rdusim.spec.model import DeepSeekV3Config, LlamaConfig, ModelSpec
+
+
+@dataclass
+class ModelGraphs:
+    model: ModelSpec
+    phase: str
+    layers: dict[str, Graph]
+    layer_counts: dict[str, int]
+    embedding: Graph
+    head: Graph
+    mtp: list[Graph] = field(default_factory=list)  # MTP modules: projection + one layer each
+
+
+def _builders(cfg: ModelSpec):  # type: ignore[no-untyped-def]
+    return deepseek if isinstance(cfg, DeepSeekV3Config) else llama
+
+
+def layer_counts(cfg: ModelSpec) -> dict[str, int]:
+    counts = Counter(cfg.layer_kind(i) for i in range(cfg.num_hidden_layers))
+    return {k: counts[k] for k in ("dense", "moe") if counts[k]}
+
+
+def build_model(cfg: ModelSpec, phase: str, snapstream: SnapStreamShape | None = None) -> ModelGraphs:
+    mod = _builders(cfg)
+    counts = layer_counts(cfg)
+    layers = {kind: mod.build_layer(cfg, kind, phase, snapstream) for kind in counts}
+    mtp: list[Graph] = []
+    if isinstance(cfg, DeepSeekV3Config) and cfg.num_nextn_predict_layers:
+        # the MTP module is one projection plus one MoE decoder layer (it shares embedding + head)
+        mtp = [deepseek.build_mtp_projection(cfg), deepseek.build_layer(cfg, "moe", phase)]
+    return ModelGraphs(cfg, phase, layers, counts, mod.build_embedding(cfg), mod.build_head(cfg), mtp)
+
+
+def active_params(graph: Graph) -> float:
+    """Parameters one token touches: routed experts count only the `count` of them it uses.
+
+    The embedding table counts whole, by the usual convention for "activated parameters".
+    """
+    total = 0.0
+    for op in graph.ops.values():
+        for w in op.weights:
+            n = w.numel()
+            if op.tp_mode == TPMode.EXPERT and op.kind == "gemm":
+                n *= op.attrs.get("count", 1) / w.shape[0]  # type: ignore[operator]
+            total += n
+    return total
+
+
+def kv_bytes_per_token_layer(graph: Graph) -> float:
+    env = {"B": 1, "S": 1, "T": 1, "E": 1}
+    return sum(
+        t.nbytes(env)
+        for t in graph.tensors.values()
+        if t.kind == TensorKind.CACHE and not t.name.startswith("compressed_")
+    )
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    name: str
+    family: str
+    params_total: float
+    params_active: float
+    params_mtp: float
+    params_embedding: float
+    kv_bytes_per_token: float
+    num_layers: dict[str, int]
+    weight_bytes: float
+    weight_bytes_mtp: float
+
+
+def summarize(cfg: ModelSpec) -> ModelSummary:
+    """Parameter counts (main model; MTP separately), KV bytes per token, layers by kind."""
+    g = build_model(cfg, "decode")
+    per_kind = {k: g.layers[k].weight_params() for k in g.layers}
+    emb = g.embedding.weight_params()
+    head = g.head.weight_params()
+    total = emb + head + sum(per_kind[k] * g.layer_counts[k] for k in per_kind)
+    active = (
+        active_params(g.embedding)
+        + active_params(g.head)
+        + sum(active_params(g.layers[k]) * g.layer_counts[k] for k in per_kind)
+    )
+    kv = sum(kv_bytes_per_token_layer(g.layers[k]) * g.layer_counts[k] for k in per_kind)
+    wbytes = (
+        g.embedding.weight_bytes()
+        + g.head.weight_bytes()
+        + sum(g.layers[k].weight_bytes() * g.layer_counts[k] for k in per_kind)
+    )
+    return ModelSummary(
+        name=cfg.name,
+        family=cfg.model_type,
+        params_total=total,
+        params_active=active,
+        params_mtp=sum(m.weight_params() for m in g.mtp),
+        params_embedding=emb,
+        kv_bytes_per_token=kv,
+        num_layers=dict(g.layer_counts),
+        weight_bytes=wbytes,
+        weight_bytes_mtp=sum(m.weight_bytes() for m in g.mtp),
+    )
+
+
+__all__ = ["LlamaConfig", "ModelGraphs", "ModelSummary", "build_model", "summarize"]
