@@ -23,8 +23,10 @@ class SpecError(RdusimError):
         key: str | None = None,
         line: int | None = None,
         fix: str | None = None,
+        path: tuple[str | int, ...] | None = None,
     ) -> None:
         self.problem = problem
+        self.path = path
         self.file = file
         self.key = key
         self.line = line
@@ -51,6 +53,7 @@ class SpecError(RdusimError):
             key=self.key,
             line=self.line if self.line is not None else line,
             fix=self.fix,
+            path=self.path,
         )
 
 

@@ -89,7 +89,6 @@ class TPMode(StrEnum):
     HEADS = "heads"
     LOCAL = "local"
     TOKEN = "token"
-    EXPERT = "expert"  # routed experts: split the experts' intermediate features (TP) or experts (EP)
 
 
 @dataclass
@@ -181,6 +180,18 @@ class Graph:
 
     def weight_bytes(self) -> float:
         return sum(op.weight_bytes() for op in self.ops.values())
+
+    def subgraph(self, names: Iterable[str]) -> Graph:
+        """The ops `names` (in this graph's order) with the tensors they use."""
+        keep = set(names)
+        sub = Graph(self.name)
+        for n in self.order():
+            if n in keep:
+                op = self.ops[n]
+                for t in (*op.inputs, *op.outputs):
+                    sub.tensor(self.tensors[t])
+                sub.add(op)
+        return sub
 
     def match(self, patterns: Iterable[str]) -> list[str]:
         """Op names matching names or shell-style patterns, in graph order."""

@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from rdusim.ir.builders import deepseek, llama
-from rdusim.ir.builders.deepseek import SnapStreamShape
-from rdusim.ir.graph import Graph, TensorKind, TPMode
+from rdusim.snapstream.config import SnapStreamConfig
+from rdusim.ir.graph import Graph, TensorKind
 from rdusim.spec.model import DeepSeekV3Config, LlamaConfig, ModelSpec
 
 
@@ -36,7 +36,7 @@ def layer_counts(cfg: ModelSpec) -> dict[str, int]:
     return {k: counts[k] for k in ("dense", "moe") if counts[k]}
 
 
-def build_model(cfg: ModelSpec, phase: str, snapstream: SnapStreamShape | None = None) -> ModelGraphs:
+def build_model(cfg: ModelSpec, phase: str, snapstream: SnapStreamConfig | None = None) -> ModelGraphs:
     mod = _builders(cfg)
     counts = layer_counts(cfg)
     layers = {kind: mod.build_layer(cfg, kind, phase, snapstream) for kind in counts}
@@ -56,7 +56,7 @@ def active_params(graph: Graph) -> float:
     for op in graph.ops.values():
         for w in op.weights:
             n = w.numel()
-            if op.tp_mode == TPMode.EXPERT and op.kind == "gemm":
+            if op.attrs.get("experts"):
                 n *= op.attrs.get("count", 1) / w.shape[0]  # type: ignore[operator]
             total += n
     return total

@@ -107,7 +107,9 @@ class SnapStreamConfig:
 
         Positions below ``sink`` go to their own slot; later positions cycle through the ring
         buffer, ``sink + (position - sink) % recent``, so one scatter per step replaces the
-        oldest recent token and nothing else moves.
+        oldest recent token and nothing else moves. This is the 0-based write index of the
+        paper's decode update (Listing 5) and agrees with its prefill ring construction
+        (Listing 3); equation (4), as printed, writes the same rule with shifted offsets.
         """
         if isinstance(position, np.ndarray):
             p = position.astype(np.int64)

@@ -14,12 +14,12 @@ from rdusim.ir.graph import TPMode
 
 if TYPE_CHECKING:
     from rdusim.ir.builders.common import Builder
-    from rdusim.ir.builders.deepseek import SnapStreamShape
+    from rdusim.snapstream.config import SnapStreamConfig
 
 
 def add_prefill_compression(
     b: Builder,
-    ss: SnapStreamShape,
+    ss: SnapStreamConfig,
     *,
     heads: int,
     qk_dim: int,
@@ -38,46 +38,115 @@ def add_prefill_compression(
     names = ("latent", "rope")
     # --- Streaming Ring Buffer: sink slice + Range 1 / Range 2 gathers, pre-rotated ring -------
     b.act("ring_sink", "B", ss.sink, sum(widths), dtype_bytes=cache_bytes)
-    b.op("ring_sink_gather", "gather", list(cache), ["ring_sink"], tp=TPMode.LOCAL,
-         doc="index the sink tokens", read_shape=("B", ss.sink, sum(widths)),
-         read_dtype_bytes=cache_bytes)
+    b.op(
+        "ring_sink_gather",
+        "gather",
+        list(cache),
+        ["ring_sink"],
+        tp=TPMode.LOCAL,
+        doc="index the sink tokens",
+        read_shape=("B", ss.sink, sum(widths)),
+        read_dtype_bytes=cache_bytes,
+    )
     ranges: list[str] = []
     for rng in (1, 2):
         for name, width, src in zip(names, widths, cache, strict=True):
             out = b.act(f"ring_range{rng}_{name}", "B", ss.recent, width, dtype_bytes=cache_bytes)
-            b.op(f"ring_range{rng}_gather_{name}", "gather", [src], [out], tp=TPMode.LOCAL,
-                 doc=f"gather Range {rng} of the {name} cache (paper Fig. 4)",
-                 read_shape=("B", ss.recent, width), read_dtype_bytes=cache_bytes)
+            b.op(
+                f"ring_range{rng}_gather_{name}",
+                "gather",
+                [src],
+                [out],
+                tp=TPMode.LOCAL,
+                doc=f"gather Range {rng} of the {name} cache (paper Fig. 4)",
+                read_shape=("B", ss.recent, width),
+                read_dtype_bytes=cache_bytes,
+            )
             ranges.append(out)
     b.act("ring", "B", ss.recent, sum(widths), dtype_bytes=cache_bytes)
-    b.op("ring_select", "elementwise", ranges, ["ring"], tp=TPMode.LOCAL,
-         doc="choose Range 2 below the prefill offset, Range 1 above: the pre-rotated ring")
+    b.op(
+        "ring_select",
+        "elementwise",
+        ranges,
+        ["ring"],
+        tp=TPMode.LOCAL,
+        doc="choose Range 2 below the prefill offset, Range 1 above: the pre-rotated ring",
+    )
     # --- SnapKV Compression -------------------------------------------------------------------
     b.act("snapkv_scores", "B", heads, ss.obs_window, "E", dtype_bytes=4)
-    b.op("snapkv_qk", "gemm", [query, keys], ["snapkv_scores"], tp=TPMode.HEADS,
-         doc="recompute Q_obs K_evict^T for the observation window (eq. 3)",
-         m=("B", ss.obs_window), k=qk_dim, n=1, count=heads, n_dims=("E",),
-         read_shape=("B", "E", heads, qk_dim))
+    b.op(
+        "snapkv_qk",
+        "gemm",
+        [query, keys],
+        ["snapkv_scores"],
+        tp=TPMode.HEADS,
+        doc="recompute Q_obs K_evict^T for the observation window (eq. 3)",
+        m=("B", ss.obs_window),
+        k=qk_dim,
+        n=1,
+        count=heads,
+        n_dims=("E",),
+        read_shape=("B", "E", heads, qk_dim),
+    )
     b.act("snapkv_probs", "B", heads, ss.obs_window, "E", dtype_bytes=4)
-    b.op("snapkv_softmax", "softmax", ["snapkv_scores"], ["snapkv_probs"], tp=TPMode.LOCAL,
-         doc="softmax over the eviction candidates")
+    b.op(
+        "snapkv_softmax",
+        "softmax",
+        ["snapkv_scores"],
+        ["snapkv_probs"],
+        tp=TPMode.LOCAL,
+        doc="softmax over the eviction candidates",
+    )
     b.act("snapkv_votes", "B", selections, "E", dtype_bytes=4)
-    b.op("snapkv_reduce", "reduce", ["snapkv_probs"], ["snapkv_votes"], tp=TPMode.ROW,
-         doc="sum over the window (eq. 1) and over the heads that share a selection")
+    b.op(
+        "snapkv_reduce",
+        "reduce",
+        ["snapkv_probs"],
+        ["snapkv_votes"],
+        tp=TPMode.ROW,
+        doc="sum over the window (eq. 1) and over the heads that share a selection",
+    )
     b.act("snapkv_pooled", "B", selections, "E", dtype_bytes=4)
-    b.op("snapkv_pool", "pool", ["snapkv_votes"], ["snapkv_pooled"], tp=TPMode.TOKEN,
-         kernel=ss.pool_kernel, doc="1-D average pooling (eq. 2)")
+    b.op(
+        "snapkv_pool",
+        "pool",
+        ["snapkv_votes"],
+        ["snapkv_pooled"],
+        tp=TPMode.TOKEN,
+        kernel=ss.pool_kernel,
+        doc="1-D average pooling (eq. 2)",
+    )
     b.act("snapkv_index", "B", selections, ss.topk, dtype_bytes=4)
-    b.op("snapkv_topk", "topk", ["snapkv_pooled"], ["snapkv_index"], tp=TPMode.TOKEN, n="E",
-         doc=f"top-{ss.topk} positions among the candidates")
+    b.op(
+        "snapkv_topk",
+        "topk",
+        ["snapkv_pooled"],
+        ["snapkv_index"],
+        tp=TPMode.TOKEN,
+        n="E",
+        doc=f"top-{ss.topk} positions among the candidates",
+    )
     compressed = []
     for name, width, src in zip(names, widths, cache, strict=True):
         picked = b.act(f"snapkv_{name}", "B", ss.topk, width, dtype_bytes=cache_bytes)
-        b.op(f"snapkv_gather_{name}", "gather", [src, "snapkv_index"], [picked], tp=TPMode.LOCAL,
-             doc=f"gather the selected {name} rows", read_shape=("B", ss.topk, width),
-             read_dtype_bytes=cache_bytes)
+        b.op(
+            f"snapkv_gather_{name}",
+            "gather",
+            [src, "snapkv_index"],
+            [picked],
+            tp=TPMode.LOCAL,
+            doc=f"gather the selected {name} rows",
+            read_shape=("B", ss.topk, width),
+            read_dtype_bytes=cache_bytes,
+        )
         out = b.cache(f"compressed_{name}", "B", ss.slots, width, dtype_bytes=cache_bytes)
-        b.op(f"snapkv_concat_{name}", "concat", ["ring_sink", "ring", picked], [out],
-             tp=TPMode.LOCAL, doc=f"[sink | ring | top-K] {name} cache for decode")
+        b.op(
+            f"snapkv_concat_{name}",
+            "concat",
+            ["ring_sink", "ring", picked],
+            [out],
+            tp=TPMode.LOCAL,
+            doc=f"[sink | ring | top-K] {name} cache for decode",
+        )
         compressed.append(out)
     return compressed[0], compressed[1]

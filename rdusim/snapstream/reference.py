@@ -339,8 +339,8 @@ class SnapStreamCacheBase(ABC):
 
         valid = positions >= 0
         index = np.where(valid, positions, 0)[..., None]
-        keys = np.take_along_axis(kk, index, axis=2) * valid[..., None]
-        values = np.take_along_axis(vv, index, axis=2) * valid[..., None]
+        keys = np.where(valid[..., None], np.take_along_axis(kk, index, axis=2), 0)
+        values = np.where(valid[..., None], np.take_along_axis(vv, index, axis=2), 0)
         return cls(config, keys.astype(kk.dtype), values.astype(vv.dtype), positions, lens.copy())
 
     # -- read-only state ----------------------------------------------------------------------

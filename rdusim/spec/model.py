@@ -8,12 +8,13 @@ fits in HBM; its defaults are documented on `Dtypes`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from rdusim.errors import SpecError
-from rdusim.spec.yamlio import line_of, read_document, to_plain, validate
+from rdusim.spec.yamlio import line_of, read_document, reject_bools, to_plain, validate
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,
@@ -24,6 +25,10 @@ DTYPE_BYTES: dict[str, float] = {
     "int4": 0.5,
 }
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+
+def _inconsistent(message: str) -> PydanticCustomError:
+    return PydanticCustomError("inconsistent", message)
 
 
 class Dtypes(BaseModel):
@@ -54,6 +59,12 @@ class _Base(BaseModel):
     tie_word_embeddings: bool = False
     max_position_embeddings: PositiveInt = 131072
     dtypes: Dtypes = Field(default_factory=Dtypes)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bools(cls, v: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        return reject_bools(v, field.annotation if field else None)
 
     def bytes_of(self, which: str) -> float:
         dt = getattr(self.dtypes, which)
@@ -94,17 +105,38 @@ class DeepSeekV3Config(_Base):
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 
-    @model_validator(mode="after")
-    def _check(self) -> DeepSeekV3Config:
-        if self.num_experts_per_tok > self.n_routed_experts:
-            raise ValueError("num_experts_per_tok exceeds n_routed_experts")
-        if self.n_routed_experts % self.n_group:
-            raise ValueError("n_routed_experts must be a multiple of n_group")
-        if self.topk_group > self.n_group:
-            raise ValueError("topk_group exceeds n_group")
-        if self.first_k_dense_replace > self.num_hidden_layers:
-            raise ValueError("first_k_dense_replace exceeds num_hidden_layers")
-        return self
+    # Cross-key checks are field validators on the later key, so an error names its key and line.
+    @field_validator("num_experts_per_tok")
+    @classmethod
+    def _topk_fits(cls, v: int, info: ValidationInfo) -> int:
+        n = info.data.get("n_routed_experts")
+        if n is not None and v > n:
+            raise _inconsistent(f"num_experts_per_tok = {v} exceeds n_routed_experts = {n}")
+        return v
+
+    @field_validator("n_group")
+    @classmethod
+    def _groups_divide(cls, v: int, info: ValidationInfo) -> int:
+        n = info.data.get("n_routed_experts")
+        if n is not None and n % v:
+            raise _inconsistent(f"n_routed_experts = {n} is not a multiple of n_group = {v}")
+        return v
+
+    @field_validator("topk_group")
+    @classmethod
+    def _topk_group_fits(cls, v: int, info: ValidationInfo) -> int:
+        g = info.data.get("n_group")
+        if g is not None and v > g:
+            raise _inconsistent(f"topk_group = {v} exceeds n_group = {g}")
+        return v
+
+    @field_validator("first_k_dense_replace")
+    @classmethod
+    def _dense_fits(cls, v: int, info: ValidationInfo) -> int:
+        n = info.data.get("num_hidden_layers")
+        if n is not None and v > n:
+            raise _inconsistent(f"first_k_dense_replace = {v} exceeds num_hidden_layers = {n}")
+        return v
 
     def layer_kind(self, index: int) -> str:
         if index >= self.first_k_dense_replace and index % self.moe_layer_freq == 0:
@@ -126,11 +158,15 @@ class LlamaConfig(_Base):
     def kv_heads(self) -> int:
         return self.num_key_value_heads or self.num_attention_heads
 
-    @model_validator(mode="after")
-    def _check(self) -> LlamaConfig:
-        if self.num_attention_heads % self.kv_heads:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
-        return self
+    @field_validator("num_key_value_heads")
+    @classmethod
+    def _gqa_groups(cls, v: int | None, info: ValidationInfo) -> int | None:
+        n = info.data.get("num_attention_heads")
+        if v is not None and n is not None and n % v:
+            raise _inconsistent(
+                f"num_attention_heads = {n} is not a multiple of num_key_value_heads = {v}"
+            )
+        return v
 
     def layer_kind(self, index: int) -> str:
         return "dense"

@@ -6,11 +6,13 @@ the offending key, so a user can jump straight to it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticCustomError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -57,16 +59,12 @@ def line_of(doc: Any, path: tuple[str | int, ...]) -> int | None:
     node = doc
     for part in path:
         if isinstance(node, CommentedMap) and part in node:
-            try:
+            with contextlib.suppress(KeyError, TypeError):
                 line = node.lc.key(part)[0] + 1
-            except (KeyError, TypeError):
-                pass
             node = node[part]
         elif isinstance(node, CommentedSeq) and isinstance(part, int) and part < len(node):
-            try:
+            with contextlib.suppress(KeyError, TypeError):
                 line = node.lc.item(part)[0] + 1
-            except (KeyError, TypeError):
-                pass
             node = node[part]
         else:
             break
@@ -97,6 +95,7 @@ _FIXES = {
     "extra_forbidden": "remove the key or check its spelling",
     "int_parsing": "write a whole number",
     "int_type": "write a whole number",
+    "int_from_float": "write a whole number",
     "float_parsing": "write a number",
     "float_type": "write a number",
     "bool_parsing": "write true or false",
@@ -104,7 +103,16 @@ _FIXES = {
     "greater_than": "use a positive value",
     "greater_than_equal": "use a larger value",
     "string_type": "write a string",
+    "bool_not_number": "write a number",
+    "inconsistent": "make this key agree with the other key the message names",
 }
+
+
+def reject_bools(value: Any, annotation: Any) -> Any:
+    """Refuse `true`/`false` where a number is expected (pydantic's lax mode reads them as 1/0)."""
+    if isinstance(value, bool) and annotation is not bool:
+        raise PydanticCustomError("bool_not_number", "Input should be a number, not a boolean")
+    return value
 
 
 def validate(model: type[M], data: Any, *, file: str, doc: Any = None, prefix: tuple = ()) -> M:
@@ -121,7 +129,7 @@ def validate(model: type[M], data: Any, *, file: str, doc: Any = None, prefix: t
             if err["type"] == "value_error":
                 msg = msg.removeprefix("Value error, ")
             got = err.get("input")
-            if err["type"] not in ("missing",) and not isinstance(got, dict | list):
+            if err["type"] not in ("missing", "inconsistent") and not isinstance(got, dict | list):
                 msg += f" (got {got!r})"
             errors.append(
                 SpecError(

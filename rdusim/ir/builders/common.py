@@ -58,6 +58,8 @@ class Builder:
         weight_count: int = 1,
         dense: bool = False,
         extra_inputs: tuple[str, ...] = (),
+        experts: int = 0,
+        slots: int = 0,
         doc: str = "",
     ) -> Op:
         """y = x W: `count` matmuls of k x n per token (heads or routed experts).
@@ -67,7 +69,8 @@ class Builder:
         """
         w = self.weight(f"{name}.weight", weight_count, k, n, dense=dense)
         return self.op(name, "gemm", [x, *extra_inputs], [out], weights=(w,), tp=tp, doc=doc,
-                       m=TOKENS, k=k, n=n, count=count)
+                       m=TOKENS, k=k, n=n, count=count,
+                       **({"experts": experts, "slots": slots} if experts else {}))
 
     def norm(self, name: str, x: str, out: str, width: int, doc: str = "") -> Op:
         w = self.weight(f"{name}.weight", width, dense=True)

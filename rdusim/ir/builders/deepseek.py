@@ -10,26 +10,10 @@ output (`v_absorb`), so attention runs directly against the cached latent (512) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rdusim.ir.builders.common import TOKENS, Builder
 from rdusim.ir.graph import Graph, TPMode
+from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import DeepSeekV3Config
-
-
-@dataclass(frozen=True)
-class SnapStreamShape:
-    """Static sizes of the compressed cache, as the IR needs them (validated by the spec layer)."""
-
-    sink: int
-    recent: int
-    topk: int
-    obs_window: int
-    pool_kernel: int
-
-    @property
-    def slots(self) -> int:
-        return self.sink + self.recent + self.topk
 
 
 def _builder(cfg: DeepSeekV3Config, name: str) -> Builder:
@@ -37,7 +21,7 @@ def _builder(cfg: DeepSeekV3Config, name: str) -> Builder:
                    cfg.bytes_of("dense_weights"))
 
 
-def _attention_prefill(b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamShape | None) -> str:
+def _attention_prefill(b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamConfig | None) -> str:
     h, nh = cfg.hidden_size, cfg.num_attention_heads
     qk, rope, nope, vd, r = cfg.qk_head_dim, cfg.qk_rope_head_dim, cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
     kvb = cfg.bytes_of("kv_cache")
@@ -80,7 +64,7 @@ def _attention_prefill(b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStream
     return "h_attn"
 
 
-def _attention_decode(b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamShape | None) -> str:
+def _attention_decode(b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamConfig | None) -> str:
     h, nh = cfg.hidden_size, cfg.num_attention_heads
     qk, rope, nope, vd, r = cfg.qk_head_dim, cfg.qk_rope_head_dim, cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
     kvb = cfg.bytes_of("kv_cache")
@@ -114,7 +98,7 @@ def _attention_decode(b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamS
     b.act("attn_lat", *TOKENS, nh, r)
     b.op("attention", "attention", ["q_lat", "q_rot", "latent_cache", "rope_cache", "cache_ready"],
          ["attn_lat"], tp=TPMode.HEADS, doc="absorbed MLA over the cached latent", heads=nh,
-         qk_dim=r + rope, v_dim=r, causal=False,
+         qk_dim=r + rope, v_dim=r, causal=False, shared_kv=True,
          read_shape=("B", "T", r + rope), read_dtype_bytes=kvb)
     b.act("attn_out", *TOKENS, nh, vd)
     b.linear("v_absorb", "attn_lat", "attn_out", r, vd, count=nh, weight_count=nh, tp=TPMode.HEADS,
@@ -163,15 +147,17 @@ def _moe_ffn(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
         b.linear("shared_down_proj", "shared_act", "shared_out", sw, h, tp=TPMode.ROW)
     b.act("expert_gate_up", *TOKENS, k, 2 * w)
     b.linear("experts_up_proj", "ffn_in", "expert_gate_up", h, 2 * w, count=k, weight_count=e,
-             tp=TPMode.EXPERT, extra_inputs=("token_order",),
+             tp=TPMode.COLUMN, extra_inputs=("token_order",), experts=e, slots=k,
              doc=f"gate+up GEMMs of the {k} routed experts of each token")
     b.act("expert_act", *TOKENS, k, w)
-    b.op("experts_silu_mul", "elementwise", ["expert_gate_up"], ["expert_act"], tp=TPMode.LOCAL, ops_scale=5.0)
+    b.op("experts_silu_mul", "elementwise", ["expert_gate_up"], ["expert_act"], tp=TPMode.LOCAL,
+         ops_scale=5.0, slots=k)
     b.act("expert_out", *TOKENS, k, h)
-    b.linear("experts_down_proj", "expert_act", "expert_out", w, h, count=k, weight_count=e, tp=TPMode.EXPERT)
+    b.linear("experts_down_proj", "expert_act", "expert_out", w, h, count=k, weight_count=e,
+             tp=TPMode.ROW, experts=e, slots=k)
     b.act("moe_out", *TOKENS, h)
     ins = ["expert_out", "shared_out"] if cfg.n_shared_experts else ["expert_out"]
-    b.op("experts_combine", "elementwise", ins, ["moe_out"], tp=TPMode.LOCAL, ops_scale=2.0,
+    b.op("experts_combine", "elementwise", ins, ["moe_out"], tp=TPMode.LOCAL, ops_scale=2.0, linear=True, slots=k,
          doc="weighted sum of the routed experts plus the shared expert")
     b.act("h_out", *TOKENS, h)
     b.op("ffn_residual", "elementwise", [x, "moe_out"], ["h_out"], tp=TPMode.TOKEN)
@@ -179,7 +165,7 @@ def _moe_ffn(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
 
 
 def build_layer(cfg: DeepSeekV3Config, kind: str, phase: str,
-                snapstream: SnapStreamShape | None = None) -> Graph:
+                snapstream: SnapStreamConfig | None = None) -> Graph:
     """One decoder layer of `kind` ('dense' | 'moe') for `phase` ('prefill' | 'decode')."""
     if kind not in ("dense", "moe"):
         raise ValueError(f"unknown layer kind {kind!r}")
@@ -203,7 +189,9 @@ def build_embedding(cfg: DeepSeekV3Config) -> Graph:
     b.act("ids", *TOKENS, dtype_bytes=4)
     b.act("x", *TOKENS, cfg.hidden_size)
     w = b.weight("embed.weight", cfg.vocab_size, cfg.hidden_size, dense=True)
-    b.op("embed", "embed", ["ids"], ["x"], weights=(w,), tp=TPMode.TOKEN, doc="token embedding lookup")
+    b.op("embed", "embed", ["ids"], ["x"], weights=(w,), tp=TPMode.ROW,
+         read_shape=("B", "S", cfg.hidden_size), read_dtype_bytes=b.dense_bytes,
+         doc="token embedding lookup (vocab-parallel: each socket holds a slice of the table)")
     return b.g
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rdusim.ir.builders.common import TOKENS, Builder
-from rdusim.ir.builders.deepseek import SnapStreamShape
+from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.ir.graph import Graph, TPMode
 from rdusim.spec.model import LlamaConfig
 
@@ -14,7 +14,7 @@ def _builder(cfg: LlamaConfig, name: str) -> Builder:
 
 
 def build_layer(cfg: LlamaConfig, kind: str, phase: str,
-                snapstream: SnapStreamShape | None = None) -> Graph:
+                snapstream: SnapStreamConfig | None = None) -> Graph:
     """One Llama decoder layer; `kind` is always 'dense'."""
     if kind != "dense":
         raise ValueError(f"llama layers are dense, not {kind!r}")
@@ -82,7 +82,9 @@ def build_embedding(cfg: LlamaConfig) -> Graph:
     b.act("ids", *TOKENS, dtype_bytes=4)
     b.act("x", *TOKENS, cfg.hidden_size)
     w = b.weight("embed.weight", cfg.vocab_size, cfg.hidden_size, dense=True)
-    b.op("embed", "embed", ["ids"], ["x"], weights=(w,), tp=TPMode.TOKEN)
+    b.op("embed", "embed", ["ids"], ["x"], weights=(w,), tp=TPMode.ROW,
+         read_shape=("B", "S", cfg.hidden_size), read_dtype_bytes=b.dense_bytes,
+         doc="token embedding lookup (vocab-parallel)")
     return b.g
 
 

@@ -1,0 +1,108 @@
+"""Memory planning: on-chip buffers per op and kernel (SRAM), and the HBM budget per socket."""
+
+from __future__ import annotations
+
+from rdusim.compiler.program import HBMPlan, Kernel, LayerProgram
+from rdusim.errors import SpecError
+from rdusim.ir.graph import Graph, TensorKind, Workload
+from rdusim.spec.hardware import Hardware
+
+# Weights up to this size stay resident in SRAM for the kernel; larger ones stream through a
+# double buffer one matrix (an expert's or head's slice) or one tile-sized chunk at a time.
+RESIDENT_WEIGHT_BYTES = 16e6
+
+
+def _weight_buffer(op_weight: float, matrices: int, tiles: int) -> float:
+    if op_weight <= RESIDENT_WEIGHT_BYTES:
+        return op_weight
+    chunks = max(matrices, tiles, 1)
+    return 2 * op_weight / chunks
+
+
+def plan_sram(kernel: Kernel, graph: Graph, wl: Workload, hw: Hardware) -> None:
+    """Fill each op's and the kernel's SRAM bytes (double-buffered tiles + weight buffers)."""
+    total = 0.0
+    for p in kernel.ops:
+        op = graph.ops[p.name]
+        # expert-grouped streams carry a token's k routed slots one expert at a time
+        tiles = kernel.tiles * op.attrs.get("slots", 1)
+        io = (p.stream_in + p.stream_out + p.hbm_write) / tiles
+        if p.kind == "attention" and wl.seq > 1:
+            # flash-style: a query tile, a double-buffered K/V block and one score tile in flight
+            heads = op.attrs["heads"] / max(p.degree, 1)
+            block = kernel.kv_block or wl.kv
+            dims = op.attrs["qk_dim"] + op.attrs["v_dim"]
+            act = graph.tensors[op.inputs[0]].dtype_bytes
+            q_tile = kernel.tile_tokens * heads * op.attrs["qk_dim"] * act
+            kv = 2 * block * heads * dims * act
+            scores = kernel.tile_tokens * block * act
+            buf = 2 * q_tile + kv + scores + 2 * p.stream_out / tiles
+        else:
+            buf = 2 * (io + p.hbm_read / tiles)
+        matrices = op.weights[0].shape[0] if op.weights and len(op.weights[0].shape) == 3 else 1
+        if p.cost_class != "memory":  # a lookup table is read row by row, never buffered whole
+            buf += _weight_buffer(p.weight_bytes, int(matrices), tiles)  # type: ignore[arg-type]
+        p.sram_bytes = buf
+        total += buf
+    kernel.sram_bytes = total
+
+
+def check_sram(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> None:
+    if kernel.sram_bytes > hw.socket.sram_bytes:
+        path: tuple[str | int, ...] = ("kernels", kind, index, "tiling") if index is not None else ()
+        raise SpecError(
+            f"kernel {kernel.name!r} needs {kernel.sram_bytes / 1e6:.0f} MB of SRAM per socket, "
+            f"more than the {hw.socket.sram_bytes / 1e6:.0f} MB a socket has",
+            key=f"kernels.{kind}[{index}].tiling" if index is not None else None, path=path or None,
+            fix="use smaller tiles (tiling.tile_tokens, tiling.kv_block), shard wider, "
+            "or split the kernel",
+        )
+
+
+def kv_share(layer: LayerProgram, sockets: int, wl: Workload) -> float:
+    """Fraction of the layer's KV cache one socket stores: DP attention keeps its own sequences;
+    head-split attention over a cache shared by all heads (MLA) must keep all of it."""
+    for k in layer.kernels:
+        for p in k.ops:
+            if p.kind == "attention":
+                op = layer.graph.ops[p.name]
+                if p.strategy == "dp":
+                    return -(-wl.batch // p.degree) / wl.batch
+                if p.strategy == "tp" and not op.attrs.get("shared_kv"):
+                    return 1.0 / p.degree
+                return 1.0
+    return 1.0 / sockets
+
+
+def cache_bytes(graph: Graph, wl: Workload) -> float:
+    env = wl.env()
+    return sum(
+        t.nbytes(env)
+        for t in graph.tensors.values()
+        if t.kind == TensorKind.CACHE and not t.name.startswith("compressed_")
+    )
+
+
+def plan_hbm(layers: list[LayerProgram], hw: Hardware, wl: Workload, phase: str, snap_kv: int | None) -> HBMPlan:
+    """Weights (shards), KV cache and inter-kernel workspace per socket."""
+    weights = sum(lp.count * sum(p.weight_bytes for k in lp.kernels for p in k.ops) for lp in layers)
+    kv = 0.0
+    for lp in layers:
+        if not any(p.kind == "attention" for k in lp.kernels for p in k.ops):
+            continue
+        if phase == "decode":
+            kv += lp.count * cache_bytes(lp.graph, wl) * kv_share(lp, hw.sockets, wl)
+        else:
+            # the prompt's cache (compressed, with SnapStream) waits in HBM for the decode node
+            kept = snap_kv if snap_kv is not None else wl.kv
+            per_tok = cache_bytes(lp.graph, Workload(1, 1, 1))
+            kv += lp.count * wl.batch * kept * per_tok / hw.sockets
+    workspace = max(
+        (sum(p.hbm_write for k in lp.kernels for p in k.ops
+             if not any(lp.graph.tensors[t].kind == TensorKind.CACHE
+                        for t in lp.graph.ops[p.name].outputs))
+         for lp in layers),
+        default=0.0,
+    )
+    capacity = hw.socket.hbm.capacity_bytes * hw.calibration.hbm_usable_fraction
+    return HBMPlan(capacity=capacity, weights=weights, kv_cache=kv, workspace=workspace)

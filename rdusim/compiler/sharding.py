@@ -1,0 +1,244 @@
+"""Sharding pass: split each op over sockets, track tensor layouts, insert collectives.
+
+A tensor's layout on the sockets is one of
+  R  replicated: every socket holds it whole;
+  T  split by tokens (sequence or batch);
+  F  split by features (heads, or an FFN's/experts' intermediate features);
+  P  partial sums: every socket holds a full-size addend (after a row-split GEMM).
+A consumer that needs another layout than its producer made gets a collective. Caches live in
+HBM and are read in place, never moved by collectives.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass
+
+from rdusim.compiler.fusion import FusedKernel, _dotted
+from rdusim.compiler.program import Collective, OpPlan
+from rdusim.errors import SpecError
+from rdusim.ir import ops as costs
+from rdusim.ir.graph import Graph, Op, TensorKind, TPMode, Workload
+from rdusim.spec.mapping import Sharding
+
+_CONVERSIONS = {
+    ("T", "R"): "all-gather",
+    ("F", "R"): "all-gather",
+    ("T", "F"): "all-to-all",
+    ("F", "T"): "all-to-all",
+    ("P", "R"): "all-reduce",
+    ("P", "T"): "reduce-scatter",
+    ("P", "F"): "reduce-scatter",
+}
+
+
+def collective_cost(kind: str, nbytes: float, d: int) -> tuple[float, int]:
+    """Bytes each socket sends, and sequential steps, for ring-style algorithms over d sockets."""
+    if d <= 1:
+        return 0.0, 0
+    if kind == "all-reduce":
+        return 2 * nbytes * (d - 1) / d, 2 * (d - 1)
+    if kind in ("all-gather", "reduce-scatter"):
+        return nbytes * (d - 1) / d, d - 1
+    if kind == "all-to-all":
+        return nbytes * (d - 1) / (d * d), d - 1
+    raise ValueError(kind)
+
+
+@dataclass(frozen=True)
+class OpSharding:
+    strategy: str
+    degree: int
+    path: tuple[str | int, ...]  # where in the mapping this sharding was set
+
+
+def resolve_sharding(fk: FusedKernel, op: str, kind: str) -> OpSharding:
+    """The kernel's sharding, or the first per-op override whose pattern matches."""
+    for pattern, sh in fk.spec.overrides.items():
+        if fnmatch.fnmatchcase(op, pattern):
+            return _op_sharding(sh, ("kernels", kind, fk.index, "overrides", pattern))
+    return _op_sharding(fk.spec.sharding, ("kernels", kind, fk.index, "sharding"))
+
+
+def _op_sharding(sh: Sharding, path: tuple[str | int, ...]) -> OpSharding:
+    strategy = sh.strategy
+    return OpSharding(strategy, sh.degree if strategy != "replicate" else 1, (*path, strategy))
+
+
+def _error(msg: str, sh: OpSharding, fix: str) -> SpecError:
+    return SpecError(msg, key=_dotted(sh.path), path=sh.path, fix=fix)
+
+
+def _check_divisible(op: Op, sh: OpSharding, wl: Workload, sockets: int) -> None:
+    d = sh.degree
+    if d > sockets:
+        raise _error(f"degree {d} exceeds the node's {sockets} sockets", sh,
+                     f"use a degree that divides {sockets}")
+    if sockets % d:
+        raise _error(f"degree {d} does not divide the node's {sockets} sockets", sh,
+                     f"use a divisor of {sockets}")
+    if sh.strategy == "tp":
+        if op.tp_mode == TPMode.HEADS:
+            heads = op.attrs.get("heads") or op.attrs.get("count", 1)
+            if heads % d:
+                raise _error(f"tp: {d} does not divide the {heads} heads of {op.name}", sh,
+                             "use a degree that divides the head count (e.g. 8 or 16)")
+        if op.tp_mode in (TPMode.COLUMN, TPMode.ROW) and op.kind == "gemm":
+            width = op.attrs["n"] if op.tp_mode == TPMode.COLUMN else op.attrs["k"]
+            if width % d:
+                raise _error(f"tp: {d} does not divide dimension {width} of {op.name}", sh,
+                             "use a degree that divides the split dimension")
+    if sh.strategy == "ep":
+        experts = op.attrs.get("experts")
+        if not experts:
+            raise _error(f"ep applies to routed-expert ops, not {op.name}", sh,
+                         "use tp or dp for this op (override it per op)")
+        if experts % d:
+            raise _error(f"ep: {d} does not divide the {experts} experts", sh,
+                         "use a degree that divides the expert count")
+
+
+def _required(op: Op, sh: OpSharding, seq_parallel: bool, graph: Graph, in_layouts: list[str]) -> tuple[list[str], str]:
+    """Input layouts an op needs and the layout it produces, under its sharding."""
+    n = len(op.inputs)
+    acts = [graph.tensors[t].kind != TensorKind.CACHE for t in op.inputs]
+    if sh.strategy == "replicate":
+        return ["R"] * n, "R"
+    if sh.strategy == "dp":
+        return ["T"] * n, "T"
+    mode = op.tp_mode
+    if mode == TPMode.COLUMN:
+        return ["R"] * n, "F"
+    if mode == TPMode.ROW:
+        return ["F"] * n, "P"
+    if mode == TPMode.HEADS:
+        # tensors with a heads axis arrive split by heads; shared ones (rope key) whole
+        req = ["F" if len(graph.tensors[t].shape) >= 4 else "R" for t in op.inputs]
+        return req, "F"
+    if mode == TPMode.TOKEN:
+        lay = "T" if seq_parallel else "R"
+        return [lay] * n, lay
+    # LOCAL: follow the first activation input; linear ops may keep partial sums
+    first = next((lay for lay, a in zip(in_layouts, acts, strict=True) if a), "R")
+    if first == "P" and not op.attrs.get("linear"):
+        first = "T" if seq_parallel else "R"
+    if first == "R":
+        first = "T"
+    return [first] * n, first
+
+
+def _share(layout: str, d: int, units: int) -> float:
+    """Fraction of a tensor one socket holds in `layout` (uneven splits round up)."""
+    if layout in ("R", "P") or d <= 1:
+        return 1.0
+    return math.ceil(units / d) / units if units >= 1 else 1.0 / d
+
+
+@dataclass
+class ShardedLayer:
+    ops: dict[str, OpPlan]
+    collectives: list[Collective]
+    host: dict[int, str]  # collective index -> op whose kernel hosts it
+    layouts: dict[str, str]
+
+
+def shard(graph: Graph, fused: list[FusedKernel], kind: str, wl: Workload, sockets: int,
+          tiling_kv_block: dict[str, int | None]) -> ShardedLayer:
+    """Split every op of a fused layer over the sockets and insert the collectives it needs."""
+    kernel_of = {n: fk for fk in fused for n in fk.ops}
+    seq_parallel = wl.seq > 1
+    env = wl.env()
+    layouts: dict[str, str] = {}
+    # the layer input arrives in the layout the previous layer leaves its output in
+    layer_in = graph.graph_inputs()
+    for t in layer_in:
+        layouts[t] = "R"
+    plans: dict[str, OpPlan] = {}
+    colls: list[Collective] = []
+    host: dict[int, str] = {}
+    converted: dict[tuple[str, str], int] = {}
+    for _pass in range(2):  # second pass: layer input = what the layer outputs
+        layouts = {t: layouts.get(t, "R") for t in layer_in}
+        plans.clear()
+        colls.clear()
+        host.clear()
+        converted.clear()
+        for op in graph:
+            fk = kernel_of[op.name]
+            sh = resolve_sharding(fk, op.name, kind)
+            _check_divisible(op, sh, wl, sockets)
+            d = sh.degree
+            have = [layouts.get(t, "R") for t in op.inputs]
+            need, out = _required(op, sh, seq_parallel, graph, have)
+            units_tok = wl.batch if op.kind == "attention" and sh.strategy == "dp" else wl.tokens
+            hbm_read = 0.0
+            stream_in = 0.0
+            for t, h, r in zip(op.inputs, have, need, strict=True):
+                tensor = graph.tensors[t]
+                if tensor.kind == TensorKind.CACHE:
+                    continue
+                if h != r and (h, r) in _CONVERSIONS and d > 1:
+                    key = (t, r)
+                    if key not in converted:
+                        ck = _CONVERSIONS[(h, r)]
+                        nbytes, steps = collective_cost(ck, tensor.nbytes(env), d)
+                        converted[key] = len(colls)
+                        src = graph.producer.get(t)
+                        colls.append(Collective(ck, t, nbytes, steps, src, op.name))
+                        host[len(colls) - 1] = src if src is not None else op.name
+                size = tensor.nbytes(env) * _share(r, d, wl.tokens)
+                src = graph.producer.get(t)
+                if src is not None and kernel_of[src] is fk:
+                    stream_in += size
+                else:
+                    hbm_read += size
+            frac = 1.0 / d if sh.strategy != "dp" else _share("T", d, units_tok)
+            if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not seq_parallel:
+                frac = 1.0  # replicated token-wise work in decode
+            flops = costs.flops(op, graph, wl)
+            # caches and explicit read shapes (gathers, cache reads) come straight from HBM
+            cache_read = 0.0
+            if "read_shape" in op.attrs:
+                split_cache = not (op.attrs.get("shared_kv") and sh.strategy == "tp")
+                cache_read = costs.bytes_read(op, graph, wl) * (frac if split_cache else 1.0)
+                if op.kind in ("gather", "gemm"):
+                    hbm_read = 0.0  # the read shape replaces the whole-tensor reads
+            kvb = tiling_kv_block.get(fk.spec.name)
+            if op.kind == "attention" and op.attrs.get("causal") and wl.seq > 1:
+                # flash-style: K/V blocks are re-read for each query block (causal: about half)
+                block = kvb or wl.seq
+                nb = math.ceil(wl.seq / block)
+                kv_in = sum(graph.tensors[t].nbytes(env) for t in op.inputs[1:]) * frac
+                hbm_read += kv_in * ((nb + 1) / 2 - 1) if nb > 1 else 0.0
+            out_bytes = sum(graph.tensors[t].nbytes(env) for t in op.outputs)
+            if "write_shape" in op.attrs:
+                out_bytes = costs.bytes_written(op, graph, wl)
+            out_share = _share(out, d, wl.tokens) if out != "P" else 1.0
+            if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not seq_parallel:
+                out_share = 1.0
+            consumers_outside = any(
+                kernel_of[c] is not fk for t in op.outputs for c in graph.consumers(t)
+            ) or any(not graph.consumers(t) for t in op.outputs) or any(
+                graph.tensors[t].kind == TensorKind.CACHE for t in op.outputs)
+            hbm_write = out_bytes * out_share if consumers_outside else 0.0
+            stream_out = out_bytes * out_share
+            w = op.weight_bytes()
+            weight_share = 1.0
+            if sh.strategy in ("tp", "ep") and op.weights and op.tp_mode != TPMode.TOKEN:
+                weight_share = 1.0 / d
+            plans[op.name] = OpPlan(
+                name=op.name, kind=op.kind, cost_class=op.cost_class.value,
+                strategy=sh.strategy, degree=d, flops=flops * frac,
+                hbm_read=hbm_read + cache_read, hbm_write=hbm_write,
+                weight_bytes=w * weight_share, stream_in=stream_in, stream_out=stream_out,
+                in_layouts=tuple(need), out_layout=out, full_flops=flops,
+            )
+            for t in op.outputs:
+                layouts[t] = out
+        outs = graph.graph_outputs()
+        final = layouts.get(outs[0], "R") if outs else "R"
+        for t in layer_in:
+            if graph.tensors[t].kind != TensorKind.CACHE:
+                layouts[t] = final
+    return ShardedLayer(plans, colls, host, layouts)
