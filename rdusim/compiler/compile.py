@@ -31,7 +31,7 @@ def _tiles(fk_spec: KernelSpec, wl: Workload, sockets: int, phase: str) -> tuple
     """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode
     streams weight chunks, so it is cut into a fixed number of pipeline steps."""
     if phase == "decode":
-        return 32, wl.tokens
+        return 64, wl.tokens
     tile = fk_spec.tiling.tile_tokens or DEFAULT_TILE_TOKENS
     return max(1, math.ceil(wl.tokens / tile)), tile
 
@@ -109,7 +109,11 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
                 extra_graphs[f"mtp{i}"] = g
         for name, g in extra_graphs.items():
             ewl = wl if name != "head" or spec.phase == "decode" else Workload(b, 1, 1)
-            kspecs = _auto(g, "moe" if name.startswith("mtp") else name, ewl, hw, spec.phase)
+            if name == "mtp1" and spec.kernels != "auto" and "moe" in spec.kernels:
+                # the MTP module's decoder layer is a MoE layer: map it like the others
+                kspecs = spec.kernels["moe"]
+            else:
+                kspecs = _auto(g, name, ewl, hw, spec.phase)
             fused = fuse(g, kspecs, name)
             extras[name] = LayerProgram(name, 1, g, build_kernels(g, fused, name, ewl, hw, spec.phase))
     except SpecError as exc:
@@ -119,7 +123,7 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
                    ss.slots if ss else None)
     return Program(
         mapping=spec.name or rm.source.file, model=rm.model.name, hardware=hw.name,
-        phase=spec.phase, workload=wl, sockets=hw.sockets, layers=layers, extras=extras,
+        phase=spec.phase, seq_len=spec.seq_len, workload=wl, sockets=hw.sockets, layers=layers, extras=extras,
         hbm=hbm, kv_len=wl.kv if spec.phase == "decode" else (ss.slots if ss else spec.seq_len),
         snapstream=ss is not None, tokens_per_step=spec.tokens_per_step,
     )

@@ -7,6 +7,10 @@ from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph, TensorKind, Workload
 from rdusim.spec.hardware import Hardware
 
+# A blocking op (softmax over a whole row, a sort) holds its entire input before emitting; an
+# input larger than this fraction of SRAM is spilled: written to HBM and read back.
+SPILL_FRACTION = 0.25
+
 # Weights up to this size stay resident in SRAM for the kernel; larger ones stream through a
 # double buffer one matrix (an expert's or head's slice) or one tile-sized chunk at a time.
 RESIDENT_WEIGHT_BYTES = 16e6
@@ -37,6 +41,11 @@ def plan_sram(kernel: Kernel, graph: Graph, wl: Workload, hw: Hardware) -> None:
             kv = 2 * block * heads * dims * act
             scores = kernel.tile_tokens * block * act
             buf = 2 * q_tile + kv + scores + 2 * p.stream_out / tiles
+        elif p.blocking and p.stream_in > SPILL_FRACTION * hw.socket.sram_bytes:
+            p.spill_bytes = 2 * p.stream_in
+            buf = 2 * (io + p.hbm_read / tiles)
+        elif p.blocking:
+            buf = p.stream_in + 2 * (p.stream_out + p.hbm_write + p.hbm_read) / tiles
         else:
             buf = 2 * (io + p.hbm_read / tiles)
         matrices = op.weights[0].shape[0] if op.weights and len(op.weights[0].shape) == 3 else 1

@@ -30,6 +30,8 @@ class OpPlan:
     pmus: int = 0
     sram_bytes: float = 0.0
     full_flops: float = 0.0  # before sharding, for conservation checks
+    blocking: bool = False  # needs its whole input before it can emit (softmax over a row, sort)
+    spill_bytes: float = 0.0  # input that did not fit on chip and went through HBM (write + read)
 
 
 @dataclass
@@ -100,6 +102,7 @@ class Program:
     model: str
     hardware: str
     phase: str
+    seq_len: int  # the prompt length (prefill) / the static maximum sequence (decode)
     workload: Workload
     sockets: int
     layers: dict[str, LayerProgram]

@@ -34,13 +34,18 @@ _CONVERSIONS = {
 
 
 def collective_cost(kind: str, nbytes: float, d: int) -> tuple[float, int]:
-    """Bytes each socket sends, and sequential steps, for ring-style algorithms over d sockets."""
+    """Bytes each socket sends, and sequential steps (hops), over d sockets.
+
+    Bandwidth-optimal volumes; steps of recursive halving/doubling (log2 d per phase), which
+    have the same volume as a ring but far fewer hops. All-to-all is a pairwise exchange.
+    """
     if d <= 1:
         return 0.0, 0
+    hops = math.ceil(math.log2(d))
     if kind == "all-reduce":
-        return 2 * nbytes * (d - 1) / d, 2 * (d - 1)
+        return 2 * nbytes * (d - 1) / d, 2 * hops
     if kind in ("all-gather", "reduce-scatter"):
-        return nbytes * (d - 1) / d, d - 1
+        return nbytes * (d - 1) / d, hops
     if kind == "all-to-all":
         return nbytes * (d - 1) / (d * d), d - 1
     raise ValueError(kind)
@@ -233,10 +238,11 @@ def shard(graph: Graph, fused: list[FusedKernel], kind: str, wl: Workload, socke
                 hbm_read=hbm_read + cache_read, hbm_write=hbm_write,
                 weight_bytes=w * weight_share, stream_in=stream_in, stream_out=stream_out,
                 in_layouts=tuple(need), out_layout=out, full_flops=flops,
+                blocking=bool(op.attrs.get("blocking")),
             )
             for t in op.outputs:
                 layouts[t] = out
-        outs = graph.graph_outputs()
+        outs = [t for t in graph.graph_outputs() if graph.tensors[t].kind != TensorKind.CACHE]
         final = layouts.get(outs[0], "R") if outs else "R"
         for t in layer_in:
             if graph.tensors[t].kind != TensorKind.CACHE:

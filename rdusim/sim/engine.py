@@ -21,7 +21,7 @@ from rdusim.compiler.allocate import efficiency
 from rdusim.compiler.program import Collective, Kernel
 from rdusim.spec.hardware import Hardware
 
-MAX_SIM_TILES = 32
+MAX_SIM_TILES = 64
 
 
 @dataclass
@@ -137,7 +137,7 @@ def simulate_kernel(kernel: Kernel, hw: Hardware, *, sockets: int = 1, trace: bo
 
         def loader(p, out: simpy.Store, sock=s, hbm=hbm):  # type: ignore[no-untyped-def]
             weights = p.weight_bytes if p.cost_class != "memory" else 0.0
-            per_tile = (p.hbm_read + weights) / n
+            per_tile = (p.hbm_read + weights + p.spill_bytes) / n
             for i in range(n):
                 yield from transfer(hbm, per_tile, hbm_rate, p.name, "hbm", sock)
                 yield out.put(i)
@@ -166,11 +166,13 @@ def simulate_kernel(kernel: Kernel, hw: Hardware, *, sockets: int = 1, trace: bo
         def stage(p, loaded: simpy.Store, wbox: simpy.Store | None, sock=s):  # type: ignore[no-untyped-def]
             rate = p.pcus * hw.socket.flops_per_pcu * efficiency(hw, p.cost_class)
             per_tile = p.flops / n / rate if rate > 0 and p.flops > 0 else 0.0
+            waits = n if p.blocking else 1  # a blocking op first takes in every input tile
             for i in range(n):
-                for src in producers[p.name]:
-                    yield edges[(src, p.name)].get()
-                for c in coll_for_dst[p.name]:
-                    yield coll_out[id(c)].get()
+                for _ in range(waits if i == 0 else (0 if p.blocking else 1)):
+                    for src in producers[p.name]:
+                        yield edges[(src, p.name)].get()
+                    for c in coll_for_dst[p.name]:
+                        yield coll_out[id(c)].get()
                 yield loaded.get()
                 start = env.now
                 if per_tile:

@@ -29,13 +29,13 @@ def add_prefill_compression(
     keys: str,
     cache_bytes: float,
     selections: int = 1,
+    names: tuple[str, str] = ("latent", "rope"),
 ) -> tuple[str, str]:
     """Add ring-buffer and SnapKV ops reading `cache`; returns the compressed cache tensors.
 
     `selections` is how many independent top-K selections a layer makes: 1 for MLA's shared
     latent, the number of KV heads for MHA/GQA (query heads of a group vote together).
     """
-    names = ("latent", "rope")
     # --- Streaming Ring Buffer: sink slice + Range 1 / Range 2 gathers, pre-rotated ring -------
     b.act("ring_sink", "B", ss.sink, sum(widths), dtype_bytes=cache_bytes)
     b.op(
@@ -95,7 +95,8 @@ def add_prefill_compression(
         ["snapkv_scores"],
         ["snapkv_probs"],
         tp=TPMode.LOCAL,
-        doc="softmax over the eviction candidates",
+        blocking=True,
+        doc="softmax over the eviction candidates (needs whole rows)",
     )
     b.act("snapkv_votes", "B", selections, "E", dtype_bytes=4)
     b.op(
@@ -124,6 +125,7 @@ def add_prefill_compression(
         ["snapkv_index"],
         tp=TPMode.TOKEN,
         n="E",
+        blocking=True,
         doc=f"top-{ss.topk} positions among the candidates",
     )
     compressed = []

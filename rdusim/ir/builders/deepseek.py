@@ -135,7 +135,7 @@ def _moe_ffn(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
     b.op("router_topk", "router", ["router_logits"], ["expert_ids"], tp=TPMode.TOKEN,
          doc=f"sigmoid scores, bias-corrected group-limited top-{k} ({cfg.n_group} groups, best {cfg.topk_group})")
     b.act("token_order", *TOKENS, k, dtype_bytes=4)
-    b.op("token_group", "sort", ["expert_ids"], ["token_order"], tp=TPMode.TOKEN, n=e,
+    b.op("token_group", "sort", ["expert_ids"], ["token_order"], tp=TPMode.TOKEN, n=e, blocking=True,
          doc="group token slots by expert so each expert's weights are read once")
     if cfg.n_shared_experts:
         sw = w * cfg.n_shared_experts

@@ -47,7 +47,7 @@ def build_layer(cfg: LlamaConfig, kind: str, phase: str,
 
             add_prefill_compression(b, snapstream, heads=nh, qk_dim=hd, cache=("k_cache", "v_cache"),
                                     widths=(kvh * hd, kvh * hd), query="q_rot", keys="k_rot",
-                                    cache_bytes=kvb, selections=kvh)
+                                    cache_bytes=kvb, selections=kvh, names=("k", "v"))
         b.op("attention", "attention", ["q_rot", "k_rot", "v"], ["attn_out"], tp=TPMode.HEADS,
              heads=nh, kv_heads=kvh, qk_dim=hd, v_dim=hd, causal=True)
     else:

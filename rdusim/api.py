@@ -1,0 +1,62 @@
+"""The Python API behind `rdusim map`: load → (max batch) → compile → simulate → report.
+
+    from rdusim.api import run_mapping
+    run = run_mapping("mappings/r1_prefill.yaml", ["seq_len=65536"])
+    run.report["total_latency_s"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rdusim.compiler.compile import compile_mapping
+from rdusim.compiler.program import Program
+from rdusim.report.schema import build_report
+from rdusim.serving.capacity import max_batch
+from rdusim.sim.model import SimResult, simulate
+from rdusim.spec.hardware import Hardware
+from rdusim.spec.mapping import ResolvedMapping, load_mapping
+
+
+@dataclass
+class MapRun:
+    mapping: ResolvedMapping
+    program: Program
+    result: SimResult | None
+    report: dict[str, Any]
+
+
+def calibration_summary(rm: ResolvedMapping) -> dict[str, Any]:
+    from rdusim.calibration import FITTED_ON
+
+    cal = rm.hardware.calibration.model_dump()
+    return {k: {"value": v, "fitted_on": FITTED_ON.get(k)} for k, v in cal.items()}
+
+
+def run_mapping(path: str | Path, overrides: list[str] | None = None, *, simulate_it: bool = True,
+                trace: bool = False, sockets: int = 1, hardware: Hardware | None = None) -> MapRun:
+    """Compile and simulate a mapping; `hardware` replaces the one the mapping names (what-ifs,
+    calibration)."""
+    rm = load_mapping(path, overrides)
+    if hardware is not None:
+        rm = replace(rm, hardware=hardware)
+    capacity_batch: int | None = None
+    if rm.spec.phase == "decode":
+        capacity_batch, max_prog = max_batch(rm)
+    if rm.spec.batch == "max":
+        assert capacity_batch is not None
+        program = max_prog
+    else:
+        program = compile_mapping(rm)
+    result = simulate(program, rm.hardware, trace=trace, sockets=sockets) if simulate_it else None
+    extra: dict[str, Any] = {}
+    if program.phase == "decode" and program.snapstream:
+        from rdusim.snapstream.onchip import decode_update_sram
+
+        extra["decode_update_sram_bytes"] = decode_update_sram(program, rm.model)
+    report = build_report(program, result, snapstream_extra=extra,
+                          calibration=calibration_summary(rm))
+    report["max_batch_size"] = capacity_batch
+    return MapRun(rm, program, result, report)

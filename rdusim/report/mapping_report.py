@@ -1,0 +1,75 @@
+"""Human-readable rendering of the `rdusim map` report (kernels table, HBM budget, timing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rdusim.report.console import seconds, si, table
+
+
+def _collectives(k: dict[str, Any]) -> str:
+    if not k["collectives"]:
+        return "-"
+    return ", ".join(f"{c['kind']} {si(c["bytes"], "B")}" for c in k["collectives"])
+
+
+def render_map_report(r: dict[str, Any]) -> str:
+    ss = r["snapstream"]
+    head = (
+        f"{r['mapping']}: {r['model']} on {r['hardware']} ({r['sockets']} sockets), {r['phase']}, "
+        f"batch {r['batch']}, seq_len {r['seq_len']}, SnapStream "
+        + (f"on (kv_len {ss['kv_len']})" if ss["enabled"] else "off")
+    )
+    lines = [head, ""]
+    for kind, layer in r["layers"].items():
+        lat = layer["latency_s"]
+        lines.append(f"{kind} layers x{layer['count']}" + (f": {seconds(lat)} each" if lat else ""))
+        rows = []
+        for k in layer["kernels"]:
+            ops = ", ".join(k["ops"])
+            if len(ops) > 44:
+                ops = ops[:41] + "..."
+            rows.append([
+                k["name"], ops, k["sharding"], k["pcus"], k["pmus"], si(k["sram_bytes"], "B"),
+                _collectives(k), seconds(k["latency_s"]),
+                f"{100 * k['share']:.2f}%" if k["share"] is not None else "-",
+                k["bottleneck"] or "-",
+            ])
+        lines.append(table(
+            ["kernel", "ops", "sharding", "PCUs", "PMUs", "SRAM/socket", "collectives/socket",
+             "latency", "share", "bottleneck"],
+            rows, "<<<>>><<>><",
+        ))
+        lines.append("")
+    hbm = r["hbm_bytes"]
+    used = hbm["weights"] + hbm["kv_cache"] + hbm["workspace"]
+    lines.append(
+        f"HBM per socket: weights {si(hbm['weights'], 'B')}, KV cache {si(hbm['kv_cache'], 'B')}, "
+        f"workspace {si(hbm['workspace'], 'B')} = {si(used, 'B')} of {si(hbm['capacity'], 'B')} usable"
+    )
+    lines.append(f"SRAM peak per socket: {si(r['sram_peak_bytes'], 'B')}")
+    if r["total_latency_s"] is not None:
+        what = "time to first token" if r["phase"] == "prefill" else "decode step"
+        lines.append(f"{what}: {seconds(r['total_latency_s'])}")
+    if r["phase"] == "decode":
+        lines.append(f"max batch size (power of two that fits HBM): {r['max_batch_size']}")
+        if r["throughput_tokens_per_s"] is not None:
+            lines.append(
+                f"throughput: {r['throughput_tokens_per_s']:.0f} tokens/s "
+                f"(batch {r['batch']} x {r['tokens_per_step']} tokens/step)"
+            )
+        upd = ss.get("decode_update_sram_bytes")
+        if upd:
+            lines.append(
+                f"decode cache update on chip ({upd['kernel']} kernel): naive {si(upd['naive'], 'B')}"
+                f" vs ring buffer {si(upd['ring'], 'B')} ({upd['ratio']:.1f}x; naive indexing alone "
+                f"{si(upd['naive_indexing'], 'B')})"
+            )
+    if r["traffic_bytes"]:
+        t = r["traffic_bytes"]
+        lines.append(f"traffic per socket: HBM {si(t['hbm'], 'B')}, P2P {si(t['p2p'], 'B')}")
+    lines.append("calibration: " + ", ".join(
+        f"{k}={v['value']:g}" for k, v in (r.get("calibration") or {}).items()))
+    lines.append("(shares and throughputs are predictions of the model; see `rdusim validate` "
+                 "for which published figures the calibration was fitted on)")
+    return "\n".join(lines)

@@ -1,0 +1,442 @@
+"""Model specs: the shipped files, Hugging Face config.json compatibility, dtypes, and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rdusim.errors import SpecError, SpecErrors
+from rdusim.spec.model import (
+    DTYPE_BYTES,
+    DeepSeekV3Config,
+    Dtypes,
+    LlamaConfig,
+    load_model_config,
+)
+from rdusim.spec.yamlio import validate
+
+MODEL_NAMES = ("deepseek-r1", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b")
+
+# The config.json files as published on the Hugging Face Hub (values copied field by field).
+HF_LLAMA_31_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+HF_DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config"},
+    "aux_loss_alpha": 0.001,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "ep_size": 1,
+    "first_k_dense_replace": 3,
+    "hidden_act": "silu",
+    "hidden_size": 7168,
+    "initializer_range": 0.02,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "norm_topk_prob": True,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "quantization_config": {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+    },
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+    "rope_theta": 10000,
+    "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid",
+    "tie_word_embeddings": False,
+    "topk_group": 4,
+    "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# the shipped model files
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_shipped_models_load(model_file, name):
+    cfg = load_model_config(model_file(name))
+    assert cfg.name == name
+    expected = DeepSeekV3Config if name.startswith("deepseek") else LlamaConfig
+    assert isinstance(cfg, expected)
+
+
+def test_r1_fields(r1):
+    assert (r1.hidden_size, r1.num_hidden_layers, r1.num_attention_heads) == (7168, 61, 128)
+    assert (r1.q_lora_rank, r1.kv_lora_rank) == (1536, 512)
+    assert (r1.qk_nope_head_dim, r1.qk_rope_head_dim, r1.v_head_dim) == (128, 64, 128)
+    assert r1.qk_head_dim == 192
+    assert (r1.n_routed_experts, r1.n_shared_experts, r1.num_experts_per_tok) == (256, 1, 8)
+    assert (r1.n_group, r1.topk_group, r1.scoring_func) == (8, 4, "sigmoid")
+    assert r1.vocab_size == 129280
+    assert r1.num_nextn_predict_layers == 1
+
+
+def test_r1_layer_kinds(r1):
+    kinds = [r1.layer_kind(i) for i in range(r1.num_hidden_layers)]
+    assert kinds[:3] == ["dense"] * 3
+    assert kinds[3:] == ["moe"] * 58
+
+
+def test_moe_layer_freq_interleaves(r1):
+    cfg = r1.model_copy(update={"moe_layer_freq": 2, "first_k_dense_replace": 1})
+    kinds = [cfg.layer_kind(i) for i in range(6)]
+    assert kinds == ["dense", "dense", "moe", "dense", "moe", "dense"]
+
+
+@pytest.mark.parametrize(
+    ("name", "hidden", "layers", "heads", "kv_heads"),
+    [
+        ("llama-3.1-8b", 4096, 32, 32, 8),
+        ("llama-3.1-70b", 8192, 80, 64, 8),
+        ("llama-3.1-405b", 16384, 126, 128, 8),
+    ],
+)
+def test_llama_fields(llama_configs, name, hidden, layers, heads, kv_heads):
+    cfg = llama_configs[name]
+    assert (cfg.hidden_size, cfg.num_hidden_layers) == (hidden, layers)
+    assert (cfg.num_attention_heads, cfg.kv_heads) == (heads, kv_heads)
+    assert cfg.attention_head_dim == 128
+    assert all(cfg.layer_kind(i) == "dense" for i in range(layers))
+
+
+def test_llama_head_dim_defaults_to_hidden_over_heads(llama8b):
+    cfg = llama8b.model_copy(update={"head_dim": None})
+    assert cfg.attention_head_dim == 4096 // 32
+
+
+def test_llama_kv_heads_default_to_heads(llama8b):
+    cfg = llama8b.model_copy(update={"num_key_value_heads": None})
+    assert cfg.kv_heads == cfg.num_attention_heads
+
+
+def test_specs_are_frozen(r1):
+    with pytest.raises(Exception, match="frozen"):
+        r1.hidden_size = 1  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------------------------
+# dtypes
+
+
+def test_dtypes_defaults():
+    d = Dtypes()
+    assert d.weights is None
+    assert (d.dense_weights, d.activations, d.kv_cache) == ("bf16", "bf16", "bf16")
+
+
+def test_dtype_bytes_table():
+    assert DTYPE_BYTES == {
+        "fp32": 4.0,
+        "bf16": 2.0,
+        "fp16": 2.0,
+        "fp8": 1.0,
+        "int8": 1.0,
+        "int4": 0.5,
+    }
+
+
+def test_default_weight_dtype_depends_on_family(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps(HF_DEEPSEEK_V3), encoding="utf-8")
+    ll = tmp_path / "ll.json"
+    ll.write_text(json.dumps(HF_LLAMA_31_8B), encoding="utf-8")
+    cds, cll = load_model_config(ds), load_model_config(ll)
+    assert cds.dtypes.weights is None and cds.bytes_of("weights") == 1.0  # FP8 checkpoint
+    assert cll.dtypes.weights is None and cll.bytes_of("weights") == 2.0  # BF16 checkpoint
+    for cfg in (cds, cll):
+        assert cfg.bytes_of("dense_weights") == 2.0
+        assert cfg.bytes_of("activations") == 2.0
+        assert cfg.bytes_of("kv_cache") == 2.0
+
+
+def test_dtypes_override(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"dtypes": "{weights: int4, kv_cache: fp8}"})
+    cfg = load_model_config(spec.path)
+    assert cfg.bytes_of("weights") == 0.5
+    assert cfg.bytes_of("kv_cache") == 1.0
+    assert cfg.bytes_of("activations") == 2.0
+
+
+def test_unknown_dtype_names_the_key(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"dtypes": "{weights: fp7}"})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    assert exc.value.key == "dtypes.weights"
+    assert exc.value.line == spec.line("dtypes")
+    assert "fp7" in str(exc.value)
+
+
+def test_misspelt_dtype_key_is_refused(tmp_path, model_file):
+    text = model_file("deepseek-r1").read_text(encoding="utf-8")
+    assert "  kv_cache: bf16" in text
+    path = tmp_path / "r1.yaml"
+    path.write_text(text.replace("  kv_cache: bf16", "  kv_cahce: bf16"), encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    assert exc.value.key == "dtypes.kv_cahce"
+    assert "remove the key or check its spelling" in str(exc.value)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert "kv_cahce" in lines[exc.value.line - 1]
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face config.json
+
+
+def test_hf_llama_config_json_loads(tmp_path, llama8b):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(HF_LLAMA_31_8B, indent=2), encoding="utf-8")
+    cfg = load_model_config(path)
+    assert isinstance(cfg, LlamaConfig)
+    assert cfg.name == "config"  # the file's stem when there is no `name`
+    # same architecture as the shipped YAML (which only adds `name`, `head_dim` and `dtypes`)
+    for field in ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size"):
+        assert getattr(cfg, field) == getattr(llama8b, field)
+    assert cfg.kv_heads == llama8b.kv_heads
+    assert cfg.attention_head_dim == llama8b.attention_head_dim
+
+
+def test_hf_config_json_on_one_line_loads(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(HF_LLAMA_31_8B), encoding="utf-8")
+    assert load_model_config(path).hidden_size == 4096
+
+
+def test_hf_deepseek_config_json_matches_shipped_r1(tmp_path, r1):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(HF_DEEPSEEK_V3, indent=2), encoding="utf-8")
+    cfg = load_model_config(path)
+    assert isinstance(cfg, DeepSeekV3Config)
+    skip = {"name", "dtypes", "max_position_embeddings"}
+    for field in DeepSeekV3Config.model_fields:
+        if field not in skip:
+            assert getattr(cfg, field) == getattr(r1, field), field
+
+
+def test_malformed_json_names_the_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "model_type": "llama",\n  "hidden_size": 4096,,\n}\n', encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    assert exc.value.line == 3
+    assert exc.value.fix
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+
+
+def test_missing_field(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"hidden_size": None})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    err = exc.value
+    assert err.key == "hidden_size"
+    assert err.file == str(spec.path)
+    assert err.fix == "add the key"
+
+
+def test_wrong_type_names_key_and_line(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"hidden_size": "seven-thousand"})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    err = exc.value
+    assert (err.key, err.line) == ("hidden_size", spec.line("hidden_size"))
+    assert "seven-thousand" in err.problem
+    assert err.fix == "write a whole number"
+    assert str(err).startswith(f"{spec.path}:{spec.line('hidden_size')}: hidden_size: ")
+
+
+def test_fractional_size_is_refused(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"hidden_size": "4096.5"})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    assert exc.value.key == "hidden_size"
+    assert exc.value.fix == "write a whole number"
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_boolean_size_is_refused(edit_spec, model_file, value):
+    spec = edit_spec(model_file("deepseek-r1"), {"num_hidden_layers": value})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    assert (exc.value.key, exc.value.line) == ("num_hidden_layers", spec.line("num_hidden_layers"))
+
+
+def test_boolean_field_still_takes_booleans(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"tie_word_embeddings": "true"})
+    assert load_model_config(spec.path).tie_word_embeddings is True
+
+
+def test_unknown_family(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"model_type": "gpt2"})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    err = exc.value
+    assert (err.key, err.line) == ("model_type", spec.line("model_type"))
+    assert "gpt2" in err.problem
+    assert "deepseek_v3" in err.fix and "llama" in err.fix
+
+
+def test_missing_family(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"model_type": None})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    assert exc.value.key == "model_type"
+    assert "missing" in exc.value.problem
+
+
+def test_negative_size(edit_spec, model_file):
+    spec = edit_spec(model_file("deepseek-r1"), {"num_hidden_layers": "-2"})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    err = exc.value
+    assert (err.key, err.line) == ("num_hidden_layers", spec.line("num_hidden_layers"))
+    assert "-2" in err.problem
+
+
+def test_several_problems_are_reported_together(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"hidden_size": "x", "vocab_size": "0"})
+    with pytest.raises(SpecErrors) as exc:
+        load_model_config(spec.path)
+    keys = {e.key for e in exc.value.errors}
+    assert keys == {"hidden_size", "vocab_size"}
+    assert all(e.file == str(spec.path) and e.fix for e in exc.value.errors)
+
+
+@pytest.mark.parametrize(
+    ("replace", "key"),
+    [
+        ({"num_experts_per_tok": "300"}, "num_experts_per_tok"),
+        ({"n_group": "7"}, "n_group"),
+        ({"topk_group": "9"}, "topk_group"),
+        ({"first_k_dense_replace": "62"}, "first_k_dense_replace"),
+    ],
+)
+def test_deepseek_inconsistent_keys_are_located(edit_spec, model_file, replace, key):
+    spec = edit_spec(model_file("deepseek-r1"), replace)
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    assert (exc.value.key, exc.value.line) == (key, spec.line(key))
+    assert exc.value.fix
+
+
+def test_llama_heads_must_divide_into_kv_groups(edit_spec, model_file):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"num_key_value_heads": "7"})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    assert exc.value.key == "num_key_value_heads"
+    assert exc.value.line == spec.line("num_key_value_heads")
+
+
+def test_unknown_top_level_keys_are_ignored_for_hf_compatibility(tmp_path):
+    data = dict(HF_LLAMA_31_8B, some_future_field={"a": 1})
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert load_model_config(path).hidden_size == 4096
+
+
+def test_spec_must_be_a_mapping(write_file):
+    path = write_file("list.yaml", "- a\n- b\n")
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    assert "mapping" in exc.value.problem
+
+
+def test_validate_reports_dtype_errors_inside_nested_sections(tmp_path):
+    data = dict(HF_LLAMA_31_8B, dtypes={"activations": "fp64"})
+    with pytest.raises(SpecError) as exc:
+        validate(LlamaConfig, data, file="f.yaml")
+    assert exc.value.key == "dtypes.activations"
+
+
+POSITIVE_LLAMA_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(key=st.sampled_from(POSITIVE_LLAMA_KEYS), value=st.integers(-(10**6), 0))
+def test_non_positive_sizes_are_refused_with_their_line(tmp_path, model_file, key, value):
+    source = model_file("llama-3.1-8b")
+    lines = source.read_text(encoding="utf-8").splitlines()
+    out = [f"{key}: {value}" if ln.startswith(f"{key}:") else ln for ln in lines]
+    path = Path(tmp_path) / "neg.yaml"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    assert exc.value.key == key
+    assert out[exc.value.line - 1].startswith(f"{key}:")

@@ -1,0 +1,280 @@
+"""Reading spec files with line numbers, and turning validation errors into located messages."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict, PositiveInt
+
+from rdusim.errors import SpecError, SpecErrors
+from rdusim.spec.yamlio import (
+    dotted,
+    line_of,
+    load_json,
+    load_model,
+    read_document,
+    reject_bools,
+    to_plain,
+    validate,
+)
+
+NESTED = """\
+top: 1
+section:
+  a: 2
+  inner:
+    b: 3
+items:
+  - x: 1
+  - x: 2
+    y: 3
+"""
+
+
+class Inner(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    b: PositiveInt
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    a: PositiveInt
+    inner: Inner
+
+
+class Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    top: int
+    section: Section
+    items: list[dict[str, int]]
+
+
+# --------------------------------------------------------------------------------------------
+# read_document
+
+
+def test_read_document_keeps_lines(write_file):
+    doc = read_document(write_file("a.yaml", NESTED))
+    assert line_of(doc, ("top",)) == 1
+    assert line_of(doc, ("section",)) == 2
+    assert line_of(doc, ("section", "inner", "b")) == 5
+    assert line_of(doc, ("items", 1)) == 8
+    assert line_of(doc, ("items", 1, "y")) == 9
+
+
+def test_line_of_stops_at_the_deepest_existing_key(write_file):
+    doc = read_document(write_file("a.yaml", NESTED))
+    assert line_of(doc, ("section", "inner", "missing")) == 4
+    assert line_of(doc, ("section", "nope", "deeper")) == 2
+    assert line_of(doc, ("items", 7)) == 6
+    assert line_of(doc, ("absent",)) is None
+    assert line_of(doc, ()) is None
+
+
+def test_read_document_json(write_file):
+    doc = read_document(write_file("c.json", '{\n  "a": 1,\n  "b": {"c": [1, 2]}\n}\n'))
+    assert to_plain(doc) == {"a": 1, "b": {"c": [1, 2]}}
+    assert line_of(doc, ("b",)) == 3
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpecError) as exc:
+        read_document(tmp_path / "nope.yaml")
+    assert exc.value.file == str(tmp_path / "nope.yaml")
+    assert exc.value.problem == "file not found"
+    assert exc.value.fix
+
+
+def test_directory_is_not_a_spec(tmp_path):
+    with pytest.raises(SpecError, match="directory"):
+        read_document(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n"])
+def test_empty_file(write_file, text):
+    with pytest.raises(SpecError, match="empty"):
+        read_document(write_file("e.yaml", text))
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("a: 1\nb: [1, 2\nc: 3\n", 3),
+        ("a: 1\n  b: 2\n", 2),
+        ("a: 1\nb: 'unterminated\n", 3),
+    ],
+)
+def test_malformed_yaml_names_the_line(write_file, text, line):
+    path = write_file("m.yaml", text)
+    with pytest.raises(SpecError) as exc:
+        read_document(path)
+    err = exc.value
+    assert err.problem.startswith("malformed YAML")
+    assert err.line == line
+    assert err.file == str(path)
+    assert "fix the YAML syntax" in err.fix
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def test_to_plain_converts_ruamel_containers(write_file):
+    plain = to_plain(read_document(write_file("a.yaml", NESTED)))
+    assert type(plain) is dict
+    assert type(plain["items"]) is list
+    assert type(plain["section"]["inner"]) is dict
+    assert plain == {
+        "top": 1,
+        "section": {"a": 2, "inner": {"b": 3}},
+        "items": [{"x": 1}, {"x": 2, "y": 3}],
+    }
+
+
+def test_to_plain_stringifies_keys():
+    assert to_plain({1: [{"a": 2}]}) == {"1": [{"a": 2}]}
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ((), ""),
+        (("a",), "a"),
+        (("a", "b"), "a.b"),
+        (("kernels", 0, "ops"), "kernels[0].ops"),
+        ((0,), "[0]"),
+        (("a", 1, 2, "b"), "a[1][2].b"),
+    ],
+)
+def test_dotted(path, text):
+    assert dotted(path) == text
+
+
+def test_reject_bools():
+    assert reject_bools(3, int) == 3
+    assert reject_bools(True, bool) is True
+    with pytest.raises(ValueError, match="boolean"):
+        reject_bools(True, int)
+
+
+# --------------------------------------------------------------------------------------------
+# validate / load_model
+
+
+def test_load_model_valid(write_file):
+    doc = load_model(Doc, write_file("a.yaml", NESTED))
+    assert doc.section.inner.b == 3
+
+
+def test_single_error_is_a_located_spec_error(write_file):
+    path = write_file("a.yaml", NESTED.replace("    b: 3", "    b: -3"))
+    with pytest.raises(SpecError) as exc:
+        load_model(Doc, path)
+    err = exc.value
+    assert (err.key, err.line, err.file) == ("section.inner.b", 5, str(path))
+    assert "-3" in err.problem
+    assert err.fix == "use a positive value"
+    assert str(err) == (f"{path}:5: section.inner.b: {err.problem}\n  fix: use a positive value")
+
+
+def test_several_errors_are_reported_together(write_file):
+    text = NESTED.replace("top: 1", "top: one").replace("  a: 2", "  a: 2\n  extra: 1")
+    path = write_file("a.yaml", text)
+    with pytest.raises(SpecErrors) as exc:
+        load_model(Doc, path)
+    by_key = {e.key: e for e in exc.value.errors}
+    assert set(by_key) == {"top", "section.extra"}
+    assert by_key["top"].line == 1
+    assert by_key["section.extra"].line == 4
+    assert by_key["section.extra"].fix == "remove the key or check its spelling"
+    rendered = str(exc.value)
+    assert rendered.count("fix:") == 2
+
+
+def test_errors_in_lists_carry_the_index(write_file):
+    path = write_file("a.yaml", NESTED.replace("    y: 3", "    y: three"))
+    with pytest.raises(SpecError) as exc:
+        load_model(Doc, path)
+    assert exc.value.key == "items[1].y"
+    assert exc.value.line == 9
+
+
+def test_validate_with_prefix_and_without_document():
+    with pytest.raises(SpecError) as exc:
+        validate(Inner, {"b": 0}, file="m.yaml", prefix=("outer",))
+    assert exc.value.key == "outer.b"
+    assert exc.value.line is None
+
+
+def test_missing_key_has_no_got_suffix():
+    with pytest.raises(SpecError) as exc:
+        validate(Inner, {}, file="m.yaml")
+    assert exc.value.key == "b"
+    assert "got" not in exc.value.problem
+    assert exc.value.fix == "add the key"
+
+
+# --------------------------------------------------------------------------------------------
+# load_json
+
+
+def test_load_json(write_file):
+    assert load_json(write_file("a.json", '{"a": [1, 2]}')) == {"a": [1, 2]}
+
+
+def test_load_json_missing(tmp_path):
+    with pytest.raises(SpecError, match="not found"):
+        load_json(tmp_path / "x.json")
+
+
+def test_load_json_malformed_names_the_line(write_file):
+    with pytest.raises(SpecError) as exc:
+        load_json(write_file("a.json", '{\n  "a": 1\n  "b": 2\n}'))
+    assert exc.value.line == 3
+    assert exc.value.problem.startswith("malformed JSON")
+
+
+# --------------------------------------------------------------------------------------------
+# SpecError itself
+
+
+def test_spec_error_render():
+    err = SpecError("bad value", file="f.yaml", key="a.b", line=7, fix="change it")
+    assert str(err) == "f.yaml:7: a.b: bad value\n  fix: change it"
+    assert str(SpecError("oops")) == "<input>: oops"
+
+
+def test_spec_error_located_fills_only_what_is_missing():
+    err = SpecError("bad", key="k", fix="f").located("m.yaml", 3)
+    assert (err.file, err.line, err.key, err.fix) == ("m.yaml", 3, "k", "f")
+    kept = SpecError("bad", file="a.yaml", line=1).located("b.yaml", 9)
+    assert (kept.file, kept.line) == ("a.yaml", 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    keys=st.lists(
+        st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True).filter(
+            lambda k: k not in ("null", "true", "false")
+        ),
+        min_size=1,
+        max_size=4,
+        unique=True,
+    ),
+    depth=st.integers(0, 3),
+)
+def test_line_of_matches_the_text(tmp_path_factory, keys, depth):
+    """For a generated nested mapping, line_of finds each key on the line that spells it."""
+    lines = []
+    for i, key in enumerate(keys):
+        lines.append("  " * min(i, depth) + f"{key}:" + ("" if i < len(keys) - 1 else " 1"))
+    path = tmp_path_factory.mktemp("lo") / "g.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    doc = read_document(path)
+    # walk the nesting the text encodes
+    walk: list[str] = []
+    for i, key in enumerate(keys):
+        level = min(i, depth)
+        walk = [*walk[:level], key]
+        assert line_of(doc, tuple(walk)) == i + 1
