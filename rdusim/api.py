@@ -1,8 +1,8 @@
 """The Python API behind `rdusim map`: load → (max batch) → compile → simulate → report.
 
-    from rdusim.api import run_mapping
-    run = run_mapping("mappings/r1_prefill.yaml", ["seq_len=65536"])
-    run.report["total_latency_s"]
+from rdusim.api import run_mapping
+run = run_mapping("mappings/r1_prefill.yaml", ["seq_len=65536"])
+run.report["total_latency_s"]
 """
 
 from __future__ import annotations
@@ -35,8 +35,15 @@ def calibration_summary(rm: ResolvedMapping) -> dict[str, Any]:
     return {k: {"value": v, "fitted_on": FITTED_ON.get(k)} for k, v in cal.items()}
 
 
-def run_mapping(path: str | Path, overrides: list[str] | None = None, *, simulate_it: bool = True,
-                trace: bool = False, sockets: int = 1, hardware: Hardware | None = None) -> MapRun:
+def run_mapping(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    simulate_it: bool = True,
+    trace: bool = False,
+    sockets: int = 1,
+    hardware: Hardware | None = None,
+) -> MapRun:
     """Compile and simulate a mapping; `hardware` replaces the one the mapping names (what-ifs,
     calibration)."""
     rm = load_mapping(path, overrides)
@@ -56,7 +63,8 @@ def run_mapping(path: str | Path, overrides: list[str] | None = None, *, simulat
         from rdusim.snapstream.onchip import decode_update_sram
 
         extra["decode_update_sram_bytes"] = decode_update_sram(program, rm.model)
-    report = build_report(program, result, snapstream_extra=extra,
-                          calibration=calibration_summary(rm))
+    report = build_report(
+        program, result, snapstream_extra=extra, calibration=calibration_summary(rm)
+    )
     report["max_batch_size"] = capacity_batch
     return MapRun(rm, program, result, report)

@@ -8,10 +8,16 @@ every other published figure is a prediction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rdusim.spec.hardware import Hardware
+
 FITTED_ON: dict[str, str] = {
     "gemm_efficiency": "fitted: Table 4 (QKV, Output Proj, MoE FFN shares)",
     "attention_efficiency": "fitted: Table 4 (MHA share)",
-    "simd_efficiency": "not fitted: SIMD lanes vs systolic MACs per PCU (MICRO'24 §IV-A); Table 4 is insensitive to it",
+    "simd_efficiency": "not fitted: SIMD vs systolic ALUs per PCU (MICRO'24 §IV-A); Table 4 is insensitive to it",
     "hbm_efficiency": "not fitted: ~85% of HBM bandwidth in a fused decoder (MICRO'24 §VI-C)",
     "p2p_efficiency": "fitted: Table 4 (Output Proj and Router shares)",
     "kernel_launch_s": "fitted: Table 5 (128K prompt, SnapStream decode throughput)",
@@ -21,7 +27,7 @@ FITTED_ON: dict[str, str] = {
 FITTED_PARAMS = ("gemm_efficiency", "attention_efficiency", "p2p_efficiency", "kernel_launch_s")
 
 
-def with_calibration(hw, **values):  # type: ignore[no-untyped-def]
+def with_calibration(hw: Hardware, **values: float) -> Hardware:
     """A copy of `hw` with some calibration values replaced."""
     return hw.model_copy(update={"calibration": hw.calibration.model_copy(update=values)})
 
@@ -34,11 +40,11 @@ BOUNDS = {
 }
 
 
-def residuals(hw):  # type: ignore[no-untyped-def]
+def residuals(hw: Hardware) -> list[float]:
     """Normalised residuals of the fitted cells (Table 4 shares, one Table 5 throughput)."""
-    from rdusim.serving.reproduce import TABLE5_FITTED_CELL, table4, table5_runs, published
+    from rdusim.serving.reproduce import TABLE5_FITTED_CELL, published, table4, table5_runs
 
-    out = []
+    out: list[float] = []
     for c in table4(hw):
         if c.fitted:
             out.append(c.deviation / c.tolerance)
@@ -47,11 +53,17 @@ def residuals(hw):  # type: ignore[no-untyped-def]
     sim = next(r for r in table5_runs(hw, only=(seq, ss)) if r["seq_len"] == seq)
     tag = "ss" if ss else "no_ss"
     pub = row[f"tput_{tag}"]
-    out.append((sim[f"tput_{tag}"] - pub) / (0.15 * pub))
+    tol = published()["table5"]["tolerance"]["throughput_relative"] * pub
+    out.append((sim[f"tput_{tag}"] - pub) / tol)
     return out
 
 
-def fit(hw, *, max_evals: int = 200, progress=None):  # type: ignore[no-untyped-def]
+def fit(
+    hw: Hardware,
+    *,
+    max_evals: int = 200,
+    progress: Callable[[list[float]], None] | None = None,
+) -> tuple[Hardware, list[float]]:
     """Least-squares fit of the fitted parameters; returns (hardware, residuals)."""
     import numpy as np
     from scipy.optimize import least_squares
@@ -62,15 +74,16 @@ def fit(hw, *, max_evals: int = 200, progress=None):  # type: ignore[no-untyped-
     scale = hi - lo
     x0 = np.array([getattr(hw.calibration, n) for n in names])
 
-    def f(u):  # type: ignore[no-untyped-def]
+    def f(u: np.ndarray) -> np.ndarray:
         x = lo + u * scale
         r = residuals(with_calibration(hw, **dict(zip(names, x, strict=True))))
         if progress:
             progress(r)
         return np.array(r)
 
-    sol = least_squares(f, (x0 - lo) / scale, bounds=(0, 1), max_nfev=max_evals,
-                        diff_step=0.02, x_scale=1.0)
+    # A start outside the bounds (a hand-edited preset) would be rejected: start from the edge.
+    u0 = np.clip((x0 - lo) / scale, 0.0, 1.0)
+    sol = least_squares(f, u0, bounds=(0, 1), max_nfev=max_evals, diff_step=0.02, x_scale=1.0)
     best = lo + sol.x * scale
     fitted = with_calibration(hw, **dict(zip(names, (float(v) for v in best), strict=True)))
     return fitted, residuals(fitted)

@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("model", help="parameter counts, KV bytes per token and one layer's ops")
     m.add_argument("model", help="models/*.yaml or a Hugging Face config.json")
     m.add_argument("--phase", choices=("prefill", "decode"), default="prefill")
-    m.add_argument("--seq-len", type=int, default=4096, help="prompt length (prefill) or cache length (decode)")
+    m.add_argument(
+        "--seq-len", type=int, default=4096, help="prompt length (prefill) or cache length (decode)"
+    )
     m.add_argument("--batch", type=int, default=1)
     m.add_argument("--json", action="store_true", help="print the JSON report")
     m.set_defaults(func=_cmd_model)

@@ -8,13 +8,21 @@ SRAM estimate would pass a budget, when a new kernel starts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rdusim.ir.graph import Graph
 from rdusim.spec.mapping import KernelSpec, Sharding, Tiling
 
 SRAM_BUDGET_FRACTION = 0.6
 
 
-def auto_kernels(graph: Graph, phase: str, sockets: int, estimate_sram, sram_bytes: float) -> list[KernelSpec]:  # type: ignore[no-untyped-def]
+def auto_kernels(
+    graph: Graph,
+    phase: str,
+    sockets: int,
+    estimate_sram: Callable[[list[str]], float],
+    sram_bytes: float,
+) -> list[KernelSpec]:
     """Greedy kernels for `graph`; `estimate_sram(ops)` returns a candidate kernel's SRAM bytes."""
     kernels: list[list[str]] = []
     current: list[str] = []
@@ -40,7 +48,16 @@ def auto_kernels(graph: Graph, phase: str, sockets: int, estimate_sram, sram_byt
         overrides = {}
         if phase == "decode":
             overrides = {n: Sharding(dp=sockets) for n in ops if n in attention_ops}
-        tiling = Tiling(kv_block=8192) if phase == "prefill" and set(ops) & attention_ops else Tiling()
-        specs.append(KernelSpec(name=f"K{i}:{ops[0]}", ops=ops, sharding=Sharding(tp=sockets),
-                                overrides=overrides, tiling=tiling))
+        tiling = (
+            Tiling(kv_block=8192) if phase == "prefill" and set(ops) & attention_ops else Tiling()
+        )
+        specs.append(
+            KernelSpec(
+                name=f"K{i}:{ops[0]}",
+                ops=ops,
+                sharding=Sharding(tp=sockets),
+                overrides=overrides,
+                tiling=tiling,
+            )
+        )
     return specs

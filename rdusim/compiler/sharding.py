@@ -33,6 +33,15 @@ _CONVERSIONS = {
 }
 
 
+# the layout a collective leaves its tensor in: whole (R) or one socket's slice
+_TARGET = {
+    "all-reduce": "R",
+    "all-gather": "R",
+    "reduce-scatter": "S",
+    "all-to-all": "S",
+}
+
+
 def collective_cost(kind: str, nbytes: float, d: int) -> tuple[float, int]:
     """Bytes each socket sends, and sequential steps (hops), over d sockets.
 
@@ -76,35 +85,58 @@ def _error(msg: str, sh: OpSharding, fix: str) -> SpecError:
 
 
 def _check_divisible(op: Op, sh: OpSharding, wl: Workload, sockets: int) -> None:
+    """The op's own dimension (heads, split width, experts) is checked before the node's socket
+    count, so a degree that fits neither names what the op needs."""
     d = sh.degree
-    if d > sockets:
-        raise _error(f"degree {d} exceeds the node's {sockets} sockets", sh,
-                     f"use a degree that divides {sockets}")
-    if sockets % d:
-        raise _error(f"degree {d} does not divide the node's {sockets} sockets", sh,
-                     f"use a divisor of {sockets}")
+    nodes = "" if sockets % d == 0 else f" (nor the node's {sockets} sockets)"
     if sh.strategy == "tp":
         if op.tp_mode == TPMode.HEADS:
             heads = op.attrs.get("heads") or op.attrs.get("count", 1)
             if heads % d:
-                raise _error(f"tp: {d} does not divide the {heads} heads of {op.name}", sh,
-                             "use a degree that divides the head count (e.g. 8 or 16)")
+                raise _error(
+                    f"tp: {d} does not divide the {heads} heads of {op.name}{nodes}",
+                    sh,
+                    "use a degree that divides the head count (e.g. 8 or 16)",
+                )
         if op.tp_mode in (TPMode.COLUMN, TPMode.ROW) and op.kind == "gemm":
             width = op.attrs["n"] if op.tp_mode == TPMode.COLUMN else op.attrs["k"]
             if width % d:
-                raise _error(f"tp: {d} does not divide dimension {width} of {op.name}", sh,
-                             "use a degree that divides the split dimension")
+                raise _error(
+                    f"tp: {d} does not divide dimension {width} of {op.name}{nodes}",
+                    sh,
+                    "use a degree that divides the split dimension",
+                )
     if sh.strategy == "ep":
         experts = op.attrs.get("experts")
         if not experts:
-            raise _error(f"ep applies to routed-expert ops, not {op.name}", sh,
-                         "use tp or dp for this op (override it per op)")
+            raise _error(
+                f"ep applies to routed-expert ops, not {op.name}",
+                sh,
+                "use tp or dp for this op (override it per op)",
+            )
         if experts % d:
-            raise _error(f"ep: {d} does not divide the {experts} experts", sh,
-                         "use a degree that divides the expert count")
+            raise _error(
+                f"ep: {d} does not divide the {experts} experts{nodes}",
+                sh,
+                "use a degree that divides the expert count",
+            )
+    if d > sockets:
+        raise _error(
+            f"degree {d} exceeds the node's {sockets} sockets",
+            sh,
+            f"use a degree that divides {sockets}",
+        )
+    if sockets % d:
+        raise _error(
+            f"degree {d} does not divide the node's {sockets} sockets",
+            sh,
+            f"use a divisor of {sockets}",
+        )
 
 
-def _required(op: Op, sh: OpSharding, seq_parallel: bool, graph: Graph, in_layouts: list[str]) -> tuple[list[str], str]:
+def _required(
+    op: Op, sh: OpSharding, seq_parallel: bool, graph: Graph, in_layouts: list[str]
+) -> tuple[list[str], str]:
     """Input layouts an op needs and the layout it produces, under its sharding."""
     n = len(op.inputs)
     acts = [graph.tensors[t].kind != TensorKind.CACHE for t in op.inputs]
@@ -148,8 +180,14 @@ class ShardedLayer:
     layouts: dict[str, str]
 
 
-def shard(graph: Graph, fused: list[FusedKernel], kind: str, wl: Workload, sockets: int,
-          tiling_kv_block: dict[str, int | None]) -> ShardedLayer:
+def shard(
+    graph: Graph,
+    fused: list[FusedKernel],
+    kind: str,
+    wl: Workload,
+    sockets: int,
+    tiling_kv_block: dict[str, int | None],
+) -> ShardedLayer:
     """Split every op of a fused layer over the sockets and insert the collectives it needs."""
     kernel_of = {n: fk for fk in fused for n in fk.ops}
     seq_parallel = wl.seq > 1
@@ -222,10 +260,11 @@ def shard(graph: Graph, fused: list[FusedKernel], kind: str, wl: Workload, socke
             out_share = _share(out, d, wl.tokens) if out != "P" else 1.0
             if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not seq_parallel:
                 out_share = 1.0
-            consumers_outside = any(
-                kernel_of[c] is not fk for t in op.outputs for c in graph.consumers(t)
-            ) or any(not graph.consumers(t) for t in op.outputs) or any(
-                graph.tensors[t].kind == TensorKind.CACHE for t in op.outputs)
+            consumers_outside = (
+                any(kernel_of[c] is not fk for t in op.outputs for c in graph.consumers(t))
+                or any(not graph.consumers(t) for t in op.outputs)
+                or any(graph.tensors[t].kind == TensorKind.CACHE for t in op.outputs)
+            )
             hbm_write = out_bytes * out_share if consumers_outside else 0.0
             stream_out = out_bytes * out_share
             w = op.weight_bytes()
@@ -233,15 +272,37 @@ def shard(graph: Graph, fused: list[FusedKernel], kind: str, wl: Workload, socke
             if sh.strategy in ("tp", "ep") and op.weights and op.tp_mode != TPMode.TOKEN:
                 weight_share = 1.0 / d
             plans[op.name] = OpPlan(
-                name=op.name, kind=op.kind, cost_class=op.cost_class.value,
-                strategy=sh.strategy, degree=d, flops=flops * frac,
-                hbm_read=hbm_read + cache_read, hbm_write=hbm_write,
-                weight_bytes=w * weight_share, stream_in=stream_in, stream_out=stream_out,
-                in_layouts=tuple(need), out_layout=out, full_flops=flops,
+                name=op.name,
+                kind=op.kind,
+                cost_class=op.cost_class.value,
+                strategy=sh.strategy,
+                degree=d,
+                flops=flops * frac,
+                hbm_read=hbm_read + cache_read,
+                hbm_write=hbm_write,
+                weight_bytes=w * weight_share,
+                stream_in=stream_in,
+                stream_out=stream_out,
+                in_layouts=tuple(need),
+                out_layout=out,
+                full_flops=flops,
                 blocking=bool(op.attrs.get("blocking")),
             )
             for t in op.outputs:
                 layouts[t] = out
+        # a collective hosted by its producer's kernel converts the tensor before it leaves the
+        # chip, so what the producer writes to HBM is the converted layout's share
+        for c in colls:
+            if c.src is None or c.src not in plans or kernel_of[c.src] is kernel_of[c.dst]:
+                continue
+            prod = plans[c.src]
+            if prod.hbm_write <= 0:
+                continue
+            nbytes = graph.tensors[c.tensor].nbytes(env)
+            target = _TARGET[c.kind]
+            was = 1.0 if prod.out_layout == "P" else _share(prod.out_layout, prod.degree, wl.tokens)
+            now = 1.0 if target == "R" else _share("T", prod.degree, wl.tokens)
+            prod.hbm_write = max(0.0, prod.hbm_write + nbytes * (now - was))
         outs = [t for t in graph.graph_outputs() if graph.tensors[t].kind != TensorKind.CACHE]
         final = layouts.get(outs[0], "R") if outs else "R"
         for t in layer_in:

@@ -144,7 +144,9 @@ class Graph:
         self.dag.add_node(op.name)
         for out in op.outputs:
             if out in self.producer:
-                raise ValueError(f"tensor {out} produced by both {self.producer[out]} and {op.name}")
+                raise ValueError(
+                    f"tensor {out} produced by both {self.producer[out]} and {op.name}"
+                )
             self.producer[out] = op.name
         for inp in op.inputs:
             src = self.producer.get(inp)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from rdusim.ir.builders import deepseek, llama
-from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.ir.graph import Graph, TensorKind
+from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import DeepSeekV3Config, LlamaConfig, ModelSpec
 
 
@@ -27,7 +28,7 @@ class ModelGraphs:
     mtp: list[Graph] = field(default_factory=list)  # MTP modules: projection + one layer each
 
 
-def _builders(cfg: ModelSpec):  # type: ignore[no-untyped-def]
+def _builders(cfg: ModelSpec) -> ModuleType:
     return deepseek if isinstance(cfg, DeepSeekV3Config) else llama
 
 
@@ -36,7 +37,9 @@ def layer_counts(cfg: ModelSpec) -> dict[str, int]:
     return {k: counts[k] for k in ("dense", "moe") if counts[k]}
 
 
-def build_model(cfg: ModelSpec, phase: str, snapstream: SnapStreamConfig | None = None) -> ModelGraphs:
+def build_model(
+    cfg: ModelSpec, phase: str, snapstream: SnapStreamConfig | None = None
+) -> ModelGraphs:
     mod = _builders(cfg)
     counts = layer_counts(cfg)
     layers = {kind: mod.build_layer(cfg, kind, phase, snapstream) for kind in counts}
@@ -44,7 +47,9 @@ def build_model(cfg: ModelSpec, phase: str, snapstream: SnapStreamConfig | None 
     if isinstance(cfg, DeepSeekV3Config) and cfg.num_nextn_predict_layers:
         # the MTP module is one projection plus one MoE decoder layer (it shares embedding + head)
         mtp = [deepseek.build_mtp_projection(cfg), deepseek.build_layer(cfg, "moe", phase)]
-    return ModelGraphs(cfg, phase, layers, counts, mod.build_embedding(cfg), mod.build_head(cfg), mtp)
+    return ModelGraphs(
+        cfg, phase, layers, counts, mod.build_embedding(cfg), mod.build_head(cfg), mtp
+    )
 
 
 def active_params(graph: Graph) -> float:
@@ -57,7 +62,7 @@ def active_params(graph: Graph) -> float:
         for w in op.weights:
             n = w.numel()
             if op.attrs.get("experts"):
-                n *= op.attrs.get("count", 1) / w.shape[0]  # type: ignore[operator]
+                n *= op.attrs.get("count", 1) / float(w.shape[0])
             total += n
     return total
 

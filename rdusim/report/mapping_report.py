@@ -10,7 +10,7 @@ from rdusim.report.console import seconds, si, table
 def _collectives(k: dict[str, Any]) -> str:
     if not k["collectives"]:
         return "-"
-    return ", ".join(f"{c['kind']} {si(c["bytes"], "B")}" for c in k["collectives"])
+    return ", ".join(f"{c['kind']} {si(c['bytes'], 'B')}" for c in k["collectives"])
 
 
 def render_map_report(r: dict[str, Any]) -> str:
@@ -29,17 +29,38 @@ def render_map_report(r: dict[str, Any]) -> str:
             ops = ", ".join(k["ops"])
             if len(ops) > 44:
                 ops = ops[:41] + "..."
-            rows.append([
-                k["name"], ops, k["sharding"], k["pcus"], k["pmus"], si(k["sram_bytes"], "B"),
-                _collectives(k), seconds(k["latency_s"]),
-                f"{100 * k['share']:.2f}%" if k["share"] is not None else "-",
-                k["bottleneck"] or "-",
-            ])
-        lines.append(table(
-            ["kernel", "ops", "sharding", "PCUs", "PMUs", "SRAM/socket", "collectives/socket",
-             "latency", "share", "bottleneck"],
-            rows, "<<<>>><<>><",
-        ))
+            rows.append(
+                [
+                    k["name"],
+                    ops,
+                    k["sharding"],
+                    k["pcus"],
+                    k["pmus"],
+                    si(k["sram_bytes"], "B"),
+                    _collectives(k),
+                    seconds(k["latency_s"]),
+                    f"{100 * k['share']:.2f}%" if k["share"] is not None else "-",
+                    k["bottleneck"] or "-",
+                ]
+            )
+        lines.append(
+            table(
+                [
+                    "kernel",
+                    "ops",
+                    "sharding",
+                    "PCUs",
+                    "PMUs",
+                    "SRAM/socket",
+                    "collectives/socket",
+                    "latency",
+                    "share",
+                    "bottleneck",
+                ],
+                rows,
+                "<<<>>><<>><",
+            )
+        )
         lines.append("")
     hbm = r["hbm_bytes"]
     used = hbm["weights"] + hbm["kv_cache"] + hbm["workspace"]
@@ -68,8 +89,12 @@ def render_map_report(r: dict[str, Any]) -> str:
     if r["traffic_bytes"]:
         t = r["traffic_bytes"]
         lines.append(f"traffic per socket: HBM {si(t['hbm'], 'B')}, P2P {si(t['p2p'], 'B')}")
-    lines.append("calibration: " + ", ".join(
-        f"{k}={v['value']:g}" for k, v in (r.get("calibration") or {}).items()))
-    lines.append("(shares and throughputs are predictions of the model; see `rdusim validate` "
-                 "for which published figures the calibration was fitted on)")
+    lines.append(
+        "calibration: "
+        + ", ".join(f"{k}={v['value']:g}" for k, v in (r.get("calibration") or {}).items())
+    )
+    lines.append(
+        "(shares and throughputs are predictions of the model; see `rdusim validate` "
+        "for which published figures the calibration was fitted on)"
+    )
     return "\n".join(lines)

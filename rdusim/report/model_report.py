@@ -13,9 +13,13 @@ from rdusim.report.console import si, table
 from rdusim.spec.model import load_model_config
 
 
-def model_report(path: str | Path, *, phase: str = "prefill", seq_len: int = 4096, batch: int = 1) -> dict[str, Any]:
+def model_report(
+    path: str | Path, *, phase: str = "prefill", seq_len: int = 4096, batch: int = 1
+) -> dict[str, Any]:
     if seq_len < 1:
-        raise SpecError(f"must be >= 1, got {seq_len}", key="--seq-len", fix="pass a positive length")
+        raise SpecError(
+            f"must be >= 1, got {seq_len}", key="--seq-len", fix="pass a positive length"
+        )
     if batch < 1:
         raise SpecError(f"must be >= 1, got {batch}", key="--batch", fix="pass a positive batch")
     cfg = load_model_config(path)
@@ -33,9 +37,15 @@ def model_report(path: str | Path, *, phase: str = "prefill", seq_len: int = 409
         "num_layers": sum(s.num_layers.values()),
         "layers_by_kind": s.num_layers,
         "weight_bytes": s.weight_bytes,
-        "dtypes": cfg.dtypes.model_dump() | {"weights": cfg.dtypes.weights or cfg.default_weight_dtype},
-        "layer": {"kind": kind, "phase": phase, "batch": batch, "seq_len": seq_len,
-                  "ops": op_table(graphs.layers[kind], wl)},
+        "dtypes": cfg.dtypes.model_dump()
+        | {"weights": cfg.dtypes.weights or cfg.default_weight_dtype},
+        "layer": {
+            "kind": kind,
+            "phase": phase,
+            "batch": batch,
+            "seq_len": seq_len,
+            "ops": op_table(graphs.layers[kind], wl),
+        },
     }
 
 
@@ -52,8 +62,14 @@ def render_model_report(r: dict[str, Any]) -> str:
         f"seq_len {r['layer']['seq_len']}:",
     ]
     rows = [
-        [o["op"], o["kind"], si(o["flops"], "FLOP"), si(o["bytes_read"], "B"),
-         si(o["bytes_written"], "B"), si(o["weight_bytes"], "B")]
+        [
+            o["op"],
+            o["kind"],
+            si(o["flops"], "FLOP"),
+            si(o["bytes_read"], "B"),
+            si(o["bytes_written"], "B"),
+            si(o["weight_bytes"], "B"),
+        ]
         for o in r["layer"]["ops"]
     ]
     lines.append(table(["op", "kind", "flops", "read", "written", "weights"], rows, "<<>>>>"))

@@ -30,7 +30,9 @@ def max_batch(rm: ResolvedMapping) -> tuple[int, Program]:
         prog = compile_mapping(rm, batch=1)
         raise SpecError(
             f"not even batch 1 fits: {prog.hbm.used / 1e9:.1f} GB needed per socket, "
-            f"{prog.hbm.capacity / 1e9:.1f} GB usable", file=rm.source.file, key="batch",
+            f"{prog.hbm.capacity / 1e9:.1f} GB usable",
+            file=rm.source.file,
+            key="batch",
             fix="shorten seq_len, enable snapstream, or use more sockets",
         )
     return best

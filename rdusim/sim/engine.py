@@ -77,7 +77,9 @@ class _Barrier:
         return ev
 
 
-def simulate_kernel(kernel: Kernel, hw: Hardware, *, sockets: int = 1, trace: bool = False) -> KernelTiming:
+def simulate_kernel(
+    kernel: Kernel, hw: Hardware, *, sockets: int = 1, trace: bool = False
+) -> KernelTiming:
     """Simulate one execution of `kernel` (per-socket figures)."""
     env = simpy.Environment()
     cal = hw.calibration
@@ -96,7 +98,7 @@ def simulate_kernel(kernel: Kernel, hw: Hardware, *, sockets: int = 1, trace: bo
         if trace:
             slices.append(Slice(track, name, start, env.now, socket))
 
-    def transfer(res: simpy.Resource, nbytes: float, rate: float, who: str, kind: str, socket: int):  # type: ignore[no-untyped-def]
+    def transfer(res: simpy.Resource, nbytes: float, rate: float, who: str, kind: str, socket: int):
         if nbytes <= 0:
             return
         with res.request() as req:
@@ -110,46 +112,49 @@ def simulate_kernel(kernel: Kernel, hw: Hardware, *, sockets: int = 1, trace: bo
                     hbm_time[who] += nbytes / rate
             record(f"{kind.upper()}", who, start, socket)
 
+    # the kernel's wiring is the same on every socket
+    consumers: dict[str, list[str]] = defaultdict(list)
+    producers: dict[str, list[str]] = defaultdict(list)
+    coll_for_dst: dict[str, list[Collective]] = defaultdict(list)
+    coll_from_src: dict[str, list[Collective]] = defaultdict(list)
+    for c in kernel.collectives:
+        if c.src in names:
+            coll_from_src[c.src].append(c)
+        if c.dst in names:
+            coll_for_dst[c.dst].append(c)
+    for src, dst in kernel.edges:
+        consumers[src].append(dst)
+        producers[dst].append(src)
+    ops = kernel.ops
+
     for s in range(sockets):
         hbm = simpy.Resource(env, capacity=1)
         p2p = simpy.Resource(env, capacity=1)
-        # one store per (producer -> consumer) edge inside the kernel
-        edges: dict[tuple[str, str], simpy.Store] = {}
-        consumers: dict[str, list[str]] = defaultdict(list)
-        producers: dict[str, list[str]] = defaultdict(list)
-        coll_for_dst: dict[str, list[Collective]] = defaultdict(list)
-        coll_from_src: dict[str, list[Collective]] = defaultdict(list)
-        for c in kernel.collectives:
-            if c.src in names:
-                coll_from_src[c.src].append(c)
-            if c.dst in names:
-                coll_for_dst[c.dst].append(c)
-        ops = kernel.ops
-        for src, dst in kernel.edges:
-            edges[(src, dst)] = simpy.Store(env)
-            consumers[src].append(dst)
-            producers[dst].append(src)
+        # each socket has its own stores: one per (producer -> consumer) edge inside the kernel,
+        # two per collective. The processes below bind them as default arguments, because their
+        # bodies only run in env.run(), after this loop has moved on to the last socket.
+        edges: dict[tuple[str, str], simpy.Store] = {e: simpy.Store(env) for e in kernel.edges}
         coll_out: dict[int, simpy.Store] = {}
         coll_in: dict[int, simpy.Store] = {}
         for c in kernel.collectives:
             coll_out[id(c)] = simpy.Store(env)  # delivers converted tiles to the consumer
             coll_in[id(c)] = simpy.Store(env)  # tiles from the producer
 
-        def loader(p, out: simpy.Store, sock=s, hbm=hbm):  # type: ignore[no-untyped-def]
+        def loader(p, out: simpy.Store, sock=s, hbm=hbm):
             weights = p.weight_bytes if p.cost_class != "memory" else 0.0
             per_tile = (p.hbm_read + weights + p.spill_bytes) / n
             for i in range(n):
                 yield from transfer(hbm, per_tile, hbm_rate, p.name, "hbm", sock)
                 yield out.put(i)
 
-        def writer(p, inbox: simpy.Store, done: simpy.Event, sock=s, hbm=hbm):  # type: ignore[no-untyped-def]
+        def writer(p, inbox: simpy.Store, done: simpy.Event, sock=s, hbm=hbm):
             per_tile = p.hbm_write / n
             for _ in range(n):
                 yield inbox.get()
                 yield from transfer(hbm, per_tile, hbm_rate, p.name, "hbm", sock)
             done.succeed()
 
-        def collective(c: Collective, sock=s, p2p=p2p):  # type: ignore[no-untyped-def]
+        def collective(c: Collective, sock=s, p2p=p2p, coll_in=coll_in, coll_out=coll_out):
             per_tile = c.bytes / n
             for i in range(n):
                 if c.src in names:
@@ -163,7 +168,15 @@ def simulate_kernel(kernel: Kernel, hw: Hardware, *, sockets: int = 1, trace: bo
                 record("P2P", f"{c.kind} {c.tensor}", start, sock)
                 yield coll_out[id(c)].put(i)
 
-        def stage(p, loaded: simpy.Store, wbox: simpy.Store | None, sock=s):  # type: ignore[no-untyped-def]
+        def stage(
+            p,
+            loaded: simpy.Store,
+            wbox: simpy.Store | None,
+            sock=s,
+            edges=edges,
+            coll_in=coll_in,
+            coll_out=coll_out,
+        ):
             rate = p.pcus * hw.socket.flops_per_pcu * efficiency(hw, p.cost_class)
             per_tile = p.flops / n / rate if rate > 0 and p.flops > 0 else 0.0
             waits = n if p.blocking else 1  # a blocking op first takes in every input tile
@@ -215,9 +228,19 @@ def simulate_kernel(kernel: Kernel, hw: Hardware, *, sockets: int = 1, trace: bo
     candidates["P2P links"] = totals["p2p"]
     bottleneck = max(candidates, key=lambda k: candidates[k]) if candidates else "launch"
     if trace:
-        slices = [Slice(x.track, x.name, x.start + launch, x.end + launch, x.socket) for x in slices]
+        slices = [
+            Slice(x.track, x.name, x.start + launch, x.end + launch, x.socket) for x in slices
+        ]
     return KernelTiming(
-        name=kernel.name, latency_s=latency, launch_s=launch, pipeline_s=pipeline, ops=timings,
-        bottleneck=bottleneck, hbm_bytes=totals["hbm_bytes"], p2p_bytes=totals["p2p_bytes"],
-        hbm_busy_s=totals["hbm"], p2p_busy_s=totals["p2p"], slices=slices,
+        name=kernel.name,
+        latency_s=latency,
+        launch_s=launch,
+        pipeline_s=pipeline,
+        ops=timings,
+        bottleneck=bottleneck,
+        hbm_bytes=totals["hbm_bytes"],
+        p2p_bytes=totals["p2p_bytes"],
+        hbm_busy_s=totals["hbm"],
+        p2p_busy_s=totals["p2p"],
+        slices=slices,
     )

@@ -1,0 +1,29 @@
+"""SnapStream: SnapKV compression at prefill + a StreamingLLM ring buffer at decode.
+
+`rdusim.snapstream` is the numpy reference (static shapes throughout); `kernels` adds its ops to
+the IR and `onchip` sizes the decode cache update both ways.
+"""
+
+from rdusim.snapstream.config import SnapStreamConfig
+from rdusim.snapstream.reference import (
+    NaiveSnapStreamCache,
+    SnapStreamCache,
+    SnapStreamCacheBase,
+    attend,
+    full_attention,
+    masked_attention,
+    select_topk,
+    snapkv_scores,
+)
+
+__all__ = [
+    "NaiveSnapStreamCache",
+    "SnapStreamCache",
+    "SnapStreamCacheBase",
+    "SnapStreamConfig",
+    "attend",
+    "full_attention",
+    "masked_attention",
+    "select_topk",
+    "snapkv_scores",
+]

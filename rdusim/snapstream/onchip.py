@@ -34,7 +34,9 @@ def decode_update_sram(program: Program, model: ModelSpec) -> dict[str, float | 
     slots = program.kv_len
     kernel = next(k for k in layer.kernels if any(p.name == "kv_cache_write" for p in k.ops))
     ring = kernel.sram_bytes
-    sliced = seqs * slots * row  # sink + top-K + shifted recent slices, materialised (Listing 2 l.24-29)
+    sliced = (
+        seqs * slots * row
+    )  # sink + top-K + shifted recent slices, materialised (Listing 2 l.24-29)
     concat = seqs * slots * row  # their concatenation with the new row (l.30-31)
     case1 = seqs * slots * row  # the in-place scatter case kept alongside for the `where` (l.19-22)
     naive = ring + sliced + concat + case1

@@ -9,20 +9,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PositiveInt,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 from ruamel.yaml import YAML
 
 from rdusim.errors import SpecError
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.model import ModelSpec, load_model_config
-from rdusim.spec.yamlio import line_of, read_document, to_plain, validate
+from rdusim.spec.yamlio import line_of, read_document, reject_bools, to_plain, validate
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bools(cls, v: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        return reject_bools(v, field.annotation if field else None)
 
 
 class Sharding(Strict):
@@ -89,6 +106,20 @@ class SnapStreamSpec(Strict):
     pool_kernel: PositiveInt = 7
 
 
+def _kernels_form(v: Any) -> str:
+    return "literal['auto']" if isinstance(v, str) else "dict[str,list[KernelSpec]]"
+
+
+# Kernels per layer kind, or "auto". The discriminator validates only the form the user wrote, so
+# a mistake inside a kernel is one error (not a second "should be 'auto'"); the bracketed tags
+# are dropped from the key paths errors report.
+Kernels = Annotated[
+    Annotated[dict[str, list[KernelSpec]], Tag("dict[str,list[KernelSpec]]")]
+    | Annotated[Literal["auto"], Tag("literal['auto']")],
+    Discriminator(_kernels_form),
+]
+
+
 class MappingSpec(Strict):
     name: str = ""
     model: str
@@ -100,7 +131,21 @@ class MappingSpec(Strict):
         default=1.0, ge=1.0, description="tokens accepted per decode step (MTP; the paper uses 2.4)"
     )
     snapstream: SnapStreamSpec = Field(default_factory=SnapStreamSpec)
-    kernels: dict[str, list[KernelSpec]] | Literal["auto"] = "auto"
+    kernels: Kernels = "auto"
+
+    @field_validator("batch", mode="before")
+    @classmethod
+    def _batch(cls, v: Any) -> Any:
+        """One error naming `batch` (not one per branch of the int-or-'max' union)."""
+        if v == "max":
+            return v
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise PydanticCustomError(
+                "int_type", "Input should be a positive whole number or 'max'"
+            )
+        if v < 1:
+            raise PydanticCustomError("greater_than", "Input should be greater than 0")
+        return v
 
 
 def snapstream_sizes(m: MappingSpec, file: str | None = None) -> SnapStreamConfig | None:
@@ -111,33 +156,51 @@ def snapstream_sizes(m: MappingSpec, file: str | None = None) -> SnapStreamConfi
     kv_len = s.kv_len or max(1, int(m.seq_len // s.compression))
     if kv_len > m.seq_len:
         raise SpecError(
-            f"kv_len {kv_len} exceeds seq_len {m.seq_len}", file=file, key="snapstream.kv_len",
+            f"kv_len {kv_len} exceeds seq_len {m.seq_len}",
+            file=file,
+            key="snapstream.kv_len",
+            path=("snapstream", "kv_len"),
             fix="choose a compressed length no larger than the prompt",
         )
     budget = kv_len - s.sink
     if budget < 1:
         raise SpecError(
-            f"sink {s.sink} leaves no room in a {kv_len}-slot cache", file=file,
-            key="snapstream.sink", fix="use a smaller sink or a larger kv_len",
+            f"sink {s.sink} leaves no room in a {kv_len}-slot cache",
+            file=file,
+            key="snapstream.sink",
+            path=("snapstream", "sink"),
+            fix="use a smaller sink or a larger kv_len",
         )
-    recent = s.recent if s.recent is not None else budget // 2
+    # the ring buffer needs at least one slot: decoding writes every new token into it
+    recent = s.recent if s.recent is not None else max(1, budget // 2)
     topk = s.topk if s.topk is not None else budget - recent
     if s.sink + recent + topk != kv_len:
         raise SpecError(
-            f"sink + recent + topk = {s.sink + recent + topk} but kv_len is {kv_len}", file=file,
-            key="snapstream", fix="set kv_len to their sum, or leave recent/topk to be derived",
+            f"sink + recent + topk = {s.sink + recent + topk} but kv_len is {kv_len}",
+            file=file,
+            key="snapstream",
+            path=("snapstream",),
+            fix="set kv_len to their sum, or leave recent/topk to be derived",
         )
     if s.obs_window > m.seq_len:
         raise SpecError(
-            f"obs_window {s.obs_window} is longer than the prompt ({m.seq_len})", file=file,
-            key="snapstream.obs_window", fix="use a window shorter than seq_len",
+            f"obs_window {s.obs_window} is longer than the prompt ({m.seq_len})",
+            file=file,
+            key="snapstream.obs_window",
+            path=("snapstream", "obs_window"),
+            fix="use a window shorter than seq_len",
         )
     try:
         return SnapStreamConfig(s.sink, recent, topk, s.obs_window, s.pool_kernel)
     except (ValueError, TypeError) as exc:
         name = str(exc).split(" ", 1)[0]
-        raise SpecError(str(exc), file=file, key=f"snapstream.{name}", path=("snapstream", name),
-                        fix="use a valid size for this SnapStream parameter") from None
+        raise SpecError(
+            str(exc),
+            file=file,
+            key=f"snapstream.{name}",
+            path=("snapstream", name),
+            fix="use a valid size for this SnapStream parameter",
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -174,14 +237,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> di
     for item in overrides:
         if "=" not in item:
             raise SpecError(
-                f"--set expects key=value, got {item!r}", key="--set",
+                f"--set expects key=value, got {item!r}",
+                file=file,
+                key="--set",
                 fix="write e.g. --set seq_len=65536",
             )
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
         if not _known_path(parts):
             raise SpecError(
-                f"unknown mapping field {key!r}", file=file, key=f"--set {key}",
+                f"unknown mapping field {key!r}",
+                file=file,
+                key=f"--set {key}",
                 fix="use a field of the mapping, e.g. seq_len, batch, phase, hardware, "
                 "tokens_per_step, snapstream.enabled, snapstream.kv_len",
             )
@@ -224,7 +291,9 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
         model_path = next((c for c in candidates if c.exists()), base / model_path)
     if not model_path.exists():
         raise SpecError(
-            f"model file {spec.model!r} not found", file=file, key="model",
+            f"model file {spec.model!r} not found",
+            file=file,
+            key="model",
             line=line_of(doc, ("model",)),
             fix="give a path relative to the mapping file (e.g. ../models/deepseek-r1.yaml)",
         )
@@ -232,8 +301,13 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
         hardware = load_hardware(spec.hardware, base_dir=base)
     except SpecError as exc:
         if exc.file is None:
-            raise SpecError(exc.problem, file=file, key="hardware",
-                            line=line_of(doc, ("hardware",)), fix=exc.fix) from None
+            raise SpecError(
+                exc.problem,
+                file=file,
+                key="hardware",
+                line=line_of(doc, ("hardware",)),
+                fix=exc.fix,
+            ) from None
         raise
     model = load_model_config(model_path)
     return ResolvedMapping(spec, model, hardware, Source(file, doc))

@@ -68,10 +68,73 @@ class Builder:
         uses `count` of them.
         """
         w = self.weight(f"{name}.weight", weight_count, k, n, dense=dense)
-        return self.op(name, "gemm", [x, *extra_inputs], [out], weights=(w,), tp=tp, doc=doc,
-                       m=TOKENS, k=k, n=n, count=count,
-                       **({"experts": experts, "slots": slots} if experts else {}))
+        return self.op(
+            name,
+            "gemm",
+            [x, *extra_inputs],
+            [out],
+            weights=(w,),
+            tp=tp,
+            doc=doc,
+            m=TOKENS,
+            k=k,
+            n=n,
+            count=count,
+            **({"experts": experts, "slots": slots} if experts else {}),
+        )
 
     def norm(self, name: str, x: str, out: str, width: int, doc: str = "") -> Op:
         w = self.weight(f"{name}.weight", width, dense=True)
         return self.op(name, "norm", [x], [out], weights=(w,), tp=TPMode.TOKEN, doc=doc)
+
+
+def embedding_graph(b: Builder, hidden: int, vocab: int) -> Graph:
+    """Token embedding lookup, vocab-parallel: each socket holds a slice of the table."""
+    b.act("ids", *TOKENS, dtype_bytes=4)
+    b.act("x", *TOKENS, hidden)
+    w = b.weight("embed.weight", vocab, hidden, dense=True)
+    b.op(
+        "embed",
+        "embed",
+        ["ids"],
+        ["x"],
+        weights=(w,),
+        tp=TPMode.ROW,
+        read_shape=("B", "S", hidden),
+        read_dtype_bytes=b.dense_bytes,
+        doc="token embedding lookup (vocab-parallel: each socket holds a slice of the table)",
+    )
+    return b.g
+
+
+def head_graph(b: Builder, hidden: int, vocab: int, tied: bool) -> Graph:
+    """Final norm, LM head (tied to the embedding or not) and sampling."""
+    b.act("x", *TOKENS, hidden)
+    b.act("x_n", *TOKENS, hidden)
+    b.norm("final_norm", "x", "x_n", hidden)
+    b.act("logits", *TOKENS, vocab, dtype_bytes=4)
+    if tied:
+        b.op(
+            "lm_head",
+            "gemm",
+            ["x_n"],
+            ["logits"],
+            tp=TPMode.COLUMN,
+            m=TOKENS,
+            k=hidden,
+            n=vocab,
+            doc="tied to the embedding: no weights of its own",
+        )
+    else:
+        b.linear("lm_head", "x_n", "logits", hidden, vocab, tp=TPMode.COLUMN, dense=True)
+    b.act("next_token", "B", "S", dtype_bytes=4)
+    b.op(
+        "sample",
+        "topk",
+        ["logits"],
+        ["next_token"],
+        tp=TPMode.LOCAL,
+        n=vocab,
+        doc="greedy / top-k sampling",
+    )
+    return b.g

@@ -10,99 +10,230 @@ output (`v_absorb`), so attention runs directly against the cached latent (512) 
 
 from __future__ import annotations
 
-from rdusim.ir.builders.common import TOKENS, Builder
+from rdusim.ir.builders.common import TOKENS, Builder, embedding_graph, head_graph
 from rdusim.ir.graph import Graph, TPMode
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import DeepSeekV3Config
 
 
 def _builder(cfg: DeepSeekV3Config, name: str) -> Builder:
-    return Builder(name, cfg.bytes_of("activations"), cfg.bytes_of("weights"),
-                   cfg.bytes_of("dense_weights"))
+    return Builder(
+        name, cfg.bytes_of("activations"), cfg.bytes_of("weights"), cfg.bytes_of("dense_weights")
+    )
 
 
-def _attention_prefill(b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamConfig | None) -> str:
-    h, nh = cfg.hidden_size, cfg.num_attention_heads
-    qk, rope, nope, vd, r = cfg.qk_head_dim, cfg.qk_rope_head_dim, cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
-    kvb = cfg.bytes_of("kv_cache")
+def _query(b: Builder, cfg: DeepSeekV3Config, x: str, down_tp: TPMode) -> None:
+    """attn_norm, the query's low-rank down-projection, its norm, and the per-head up-projection.
+
+    `down_tp`: prefill runs the small down-projection sequence-parallel (TOKEN, weights
+    replicated); decode splits it by columns.
+    """
+    h, nh, ql = cfg.hidden_size, cfg.num_attention_heads, cfg.q_lora_rank
     b.act("h_norm", *TOKENS, h)
     b.norm("attn_norm", x, "h_norm", h, doc="RMSNorm before attention")
-    b.act("q_a", *TOKENS, cfg.q_lora_rank)
-    b.linear("q_a_proj", "h_norm", "q_a", h, cfg.q_lora_rank, tp=TPMode.TOKEN, doc="query down-projection")
-    b.act("q_a_n", *TOKENS, cfg.q_lora_rank)
-    b.norm("q_a_norm", "q_a", "q_a_n", cfg.q_lora_rank)
-    b.act("q", *TOKENS, nh, qk)
-    b.linear("q_b_proj", "q_a_n", "q", cfg.q_lora_rank, nh * qk, tp=TPMode.COLUMN, doc="query up-projection, all heads")
+    b.act("q_a", *TOKENS, ql)
+    b.linear("q_a_proj", "h_norm", "q_a", h, ql, tp=down_tp, doc="query down-projection")
+    b.act("q_a_n", *TOKENS, ql)
+    b.norm("q_a_norm", "q_a", "q_a_n", ql)
+    b.act("q", *TOKENS, nh, cfg.qk_head_dim)
+    b.linear(
+        "q_b_proj",
+        "q_a_n",
+        "q",
+        ql,
+        nh * cfg.qk_head_dim,
+        tp=TPMode.COLUMN,
+        doc="query up-projection, all heads",
+    )
+
+
+def _latent(b: Builder, cfg: DeepSeekV3Config, down_tp: TPMode) -> None:
+    """The shared KV latent (+ rope key) projection and the latent's norm."""
+    r, rope = cfg.kv_lora_rank, cfg.qk_rope_head_dim
     b.act("kv_a", *TOKENS, r + rope)
-    b.linear("kv_a_proj", "h_norm", "kv_a", h, r + rope, tp=TPMode.TOKEN, doc="latent + rope key projection")
+    b.linear(
+        "kv_a_proj",
+        "h_norm",
+        "kv_a",
+        cfg.hidden_size,
+        r + rope,
+        tp=down_tp,
+        doc="latent + rope key projection",
+    )
     b.act("c_kv", *TOKENS, r)
     b.norm("kv_a_norm", "kv_a", "c_kv", r)
+
+
+def _attention_prefill(
+    b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamConfig | None
+) -> str:
+    h, nh = cfg.hidden_size, cfg.num_attention_heads
+    qk, rope, nope, vd, r = (
+        cfg.qk_head_dim,
+        cfg.qk_rope_head_dim,
+        cfg.qk_nope_head_dim,
+        cfg.v_head_dim,
+        cfg.kv_lora_rank,
+    )
+    kvb = cfg.bytes_of("kv_cache")
+    _query(b, cfg, x, TPMode.TOKEN)
+    _latent(b, cfg, TPMode.TOKEN)
     b.act("q_rot", *TOKENS, nh, qk)
-    b.op("rope_q", "rope", ["q"], ["q_rot"], tp=TPMode.LOCAL, doc="rotary embedding of the query's rope part")
+    b.op(
+        "rope_q",
+        "rope",
+        ["q"],
+        ["q_rot"],
+        tp=TPMode.LOCAL,
+        doc="rotary embedding of the query's rope part",
+    )
     b.act("k_pe", *TOKENS, rope)
-    b.op("rope_k", "rope", ["kv_a"], ["k_pe"], tp=TPMode.TOKEN, doc="rotary embedding of the shared rope key")
+    b.op(
+        "rope_k",
+        "rope",
+        ["kv_a"],
+        ["k_pe"],
+        tp=TPMode.TOKEN,
+        doc="rotary embedding of the shared rope key",
+    )
     # the cache decode will read: latent and rope key of every prompt token, written to HBM
     b.cache("latent_cache", "B", "T", r, dtype_bytes=kvb)
     b.cache("rope_cache", "B", "T", rope, dtype_bytes=kvb)
-    b.op("kv_cache_write", "scatter", ["c_kv", "k_pe"], ["latent_cache", "rope_cache"],
-         tp=TPMode.TOKEN, doc="write the layer's latent KV cache", write_shape=("B", "S", r + rope),
-         write_dtype_bytes=kvb)
+    b.op(
+        "kv_cache_write",
+        "scatter",
+        ["c_kv", "k_pe"],
+        ["latent_cache", "rope_cache"],
+        tp=TPMode.TOKEN,
+        doc="write the layer's latent KV cache",
+        write_shape=("B", "S", r + rope),
+        write_dtype_bytes=kvb,
+    )
     b.act("kv", *TOKENS, nh, nope + vd)
-    b.linear("kv_b_proj", "c_kv", "kv", r, nh * (nope + vd), tp=TPMode.COLUMN, doc="decompress latent into per-head K (nope) and V")
+    b.linear(
+        "kv_b_proj",
+        "c_kv",
+        "kv",
+        r,
+        nh * (nope + vd),
+        tp=TPMode.COLUMN,
+        doc="decompress latent into per-head K (nope) and V",
+    )
     if ss is not None:
         from rdusim.snapstream.kernels import add_prefill_compression
 
-        add_prefill_compression(b, ss, heads=nh, qk_dim=qk, cache=("latent_cache", "rope_cache"),
-                                widths=(r, rope), query="q_rot", keys="kv", cache_bytes=kvb)
+        add_prefill_compression(
+            b,
+            ss,
+            heads=nh,
+            qk_dim=qk,
+            cache=("latent_cache", "rope_cache"),
+            widths=(r, rope),
+            query="q_rot",
+            keys="kv",
+            cache_bytes=kvb,
+        )
     b.act("attn_out", *TOKENS, nh, vd)
-    b.op("attention", "attention", ["q_rot", "kv", "k_pe"], ["attn_out"], tp=TPMode.HEADS,
-         doc="causal MHA over all prompt tokens (flash-style)", heads=nh, qk_dim=qk, v_dim=vd, causal=True)
+    b.op(
+        "attention",
+        "attention",
+        ["q_rot", "kv", "k_pe"],
+        ["attn_out"],
+        tp=TPMode.HEADS,
+        doc="causal MHA over all prompt tokens (flash-style)",
+        heads=nh,
+        qk_dim=qk,
+        v_dim=vd,
+        causal=True,
+    )
     b.act("attn_proj", *TOKENS, h)
     b.linear("o_proj", "attn_out", "attn_proj", nh * vd, h, tp=TPMode.ROW, doc="output projection")
     b.act("h_attn", *TOKENS, h)
-    b.op("attn_residual", "elementwise", [x, "attn_proj"], ["h_attn"], tp=TPMode.TOKEN, doc="skip add")
+    b.op(
+        "attn_residual",
+        "elementwise",
+        [x, "attn_proj"],
+        ["h_attn"],
+        tp=TPMode.TOKEN,
+        doc="skip add",
+    )
     return "h_attn"
 
 
-def _attention_decode(b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamConfig | None) -> str:
+def _attention_decode(
+    b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamConfig | None
+) -> str:
     h, nh = cfg.hidden_size, cfg.num_attention_heads
-    qk, rope, nope, vd, r = cfg.qk_head_dim, cfg.qk_rope_head_dim, cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    rope, nope, vd, r = (
+        cfg.qk_rope_head_dim,
+        cfg.qk_nope_head_dim,
+        cfg.v_head_dim,
+        cfg.kv_lora_rank,
+    )
     kvb = cfg.bytes_of("kv_cache")
-    b.act("h_norm", *TOKENS, h)
-    b.norm("attn_norm", x, "h_norm", h)
-    b.act("q_a", *TOKENS, cfg.q_lora_rank)
-    b.linear("q_a_proj", "h_norm", "q_a", h, cfg.q_lora_rank, tp=TPMode.COLUMN)
-    b.act("q_a_n", *TOKENS, cfg.q_lora_rank)
-    b.norm("q_a_norm", "q_a", "q_a_n", cfg.q_lora_rank)
-    b.act("q", *TOKENS, nh, qk)
-    b.linear("q_b_proj", "q_a_n", "q", cfg.q_lora_rank, nh * qk, tp=TPMode.COLUMN)
+    _query(b, cfg, x, TPMode.COLUMN)
     b.act("q_lat", *TOKENS, nh, r)
-    b.linear("q_absorb", "q", "q_lat", nope, r, count=nh, weight_count=nh, tp=TPMode.HEADS,
-             doc="fold W_UK into the query: per head 128 -> 512")
+    b.linear(
+        "q_absorb",
+        "q",
+        "q_lat",
+        nope,
+        r,
+        count=nh,
+        weight_count=nh,
+        tp=TPMode.HEADS,
+        doc="fold W_UK into the query: per head 128 -> 512",
+    )
     b.act("q_rot", *TOKENS, nh, rope)
     b.op("rope_q", "rope", ["q"], ["q_rot"], tp=TPMode.LOCAL)
-    b.act("kv_a", *TOKENS, r + rope)
-    b.linear("kv_a_proj", "h_norm", "kv_a", h, r + rope, tp=TPMode.COLUMN)
-    b.act("c_kv", *TOKENS, r)
-    b.norm("kv_a_norm", "kv_a", "c_kv", r)
+    _latent(b, cfg, TPMode.COLUMN)
     b.act("k_pe", *TOKENS, rope)
     b.op("rope_k", "rope", ["kv_a"], ["k_pe"], tp=TPMode.TOKEN)
     b.cache("latent_cache", "B", "T", r, dtype_bytes=kvb)
     b.cache("rope_cache", "B", "T", rope, dtype_bytes=kvb)
     b.act("cache_ready", "B", 1)
-    b.op("kv_cache_write", "scatter", ["c_kv", "k_pe", "latent_cache", "rope_cache"], ["cache_ready"],
-         tp=TPMode.TOKEN, doc="scatter this step's latent into the cache"
-         + (" at the ring-buffer index (SnapStream eq. 4)" if ss else " at the sequence position"),
-         read_shape=("B", "S", r + rope), write_shape=("B", "S", r + rope), write_dtype_bytes=kvb,
-         read_dtype_bytes=kvb, index="ring" if ss else "position")
+    b.op(
+        "kv_cache_write",
+        "scatter",
+        ["c_kv", "k_pe", "latent_cache", "rope_cache"],
+        ["cache_ready"],
+        tp=TPMode.TOKEN,
+        doc="scatter this step's latent into the cache"
+        + (" at the ring-buffer index (SnapStream eq. 4)" if ss else " at the sequence position"),
+        read_shape=("B", "S", r + rope),
+        write_shape=("B", "S", r + rope),
+        write_dtype_bytes=kvb,
+        read_dtype_bytes=kvb,
+        index="ring" if ss else "position",
+    )
     b.act("attn_lat", *TOKENS, nh, r)
-    b.op("attention", "attention", ["q_lat", "q_rot", "latent_cache", "rope_cache", "cache_ready"],
-         ["attn_lat"], tp=TPMode.HEADS, doc="absorbed MLA over the cached latent", heads=nh,
-         qk_dim=r + rope, v_dim=r, causal=False, shared_kv=True,
-         read_shape=("B", "T", r + rope), read_dtype_bytes=kvb)
+    b.op(
+        "attention",
+        "attention",
+        ["q_lat", "q_rot", "latent_cache", "rope_cache", "cache_ready"],
+        ["attn_lat"],
+        tp=TPMode.HEADS,
+        doc="absorbed MLA over the cached latent",
+        heads=nh,
+        qk_dim=r + rope,
+        v_dim=r,
+        causal=False,
+        shared_kv=True,
+        read_shape=("B", "T", r + rope),
+        read_dtype_bytes=kvb,
+    )
     b.act("attn_out", *TOKENS, nh, vd)
-    b.linear("v_absorb", "attn_lat", "attn_out", r, vd, count=nh, weight_count=nh, tp=TPMode.HEADS,
-             doc="fold W_UV into the output: per head 512 -> 128")
+    b.linear(
+        "v_absorb",
+        "attn_lat",
+        "attn_out",
+        r,
+        vd,
+        count=nh,
+        weight_count=nh,
+        tp=TPMode.HEADS,
+        doc="fold W_UV into the output: per head 512 -> 128",
+    )
     b.act("attn_proj", *TOKENS, h)
     b.linear("o_proj", "attn_out", "attn_proj", nh * vd, h, tp=TPMode.ROW)
     b.act("h_attn", *TOKENS, h)
@@ -115,9 +246,25 @@ def _dense_ffn(b: Builder, cfg: DeepSeekV3Config, x: str, width: int) -> str:
     b.act("ffn_in", *TOKENS, h)
     b.norm("ffn_norm", x, "ffn_in", h)
     b.act("ffn_gate_up", *TOKENS, 2 * width)
-    b.linear("ffn_up_proj", "ffn_in", "ffn_gate_up", h, 2 * width, tp=TPMode.COLUMN, doc="gate and up GEMMs")
+    b.linear(
+        "ffn_up_proj",
+        "ffn_in",
+        "ffn_gate_up",
+        h,
+        2 * width,
+        tp=TPMode.COLUMN,
+        doc="gate and up GEMMs",
+    )
     b.act("ffn_act", *TOKENS, width)
-    b.op("ffn_silu_mul", "elementwise", ["ffn_gate_up"], ["ffn_act"], tp=TPMode.LOCAL, ops_scale=5.0, doc="SiLU(gate) * up")
+    b.op(
+        "ffn_silu_mul",
+        "elementwise",
+        ["ffn_gate_up"],
+        ["ffn_act"],
+        tp=TPMode.LOCAL,
+        ops_scale=5.0,
+        doc="SiLU(gate) * up",
+    )
     b.act("ffn_out", *TOKENS, h)
     b.linear("ffn_down_proj", "ffn_act", "ffn_out", width, h, tp=TPMode.ROW)
     b.act("h_out", *TOKENS, h)
@@ -126,46 +273,119 @@ def _dense_ffn(b: Builder, cfg: DeepSeekV3Config, x: str, width: int) -> str:
 
 
 def _moe_ffn(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
-    h, e, k, w = cfg.hidden_size, cfg.n_routed_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size
+    h, e, k, w = (
+        cfg.hidden_size,
+        cfg.n_routed_experts,
+        cfg.num_experts_per_tok,
+        cfg.moe_intermediate_size,
+    )
     b.act("ffn_in", *TOKENS, h)
     b.norm("ffn_norm", x, "ffn_in", h)
     b.act("router_logits", *TOKENS, e, dtype_bytes=4)
-    b.linear("router_gate", "ffn_in", "router_logits", h, e, tp=TPMode.TOKEN, dense=True, doc="router gate GEMM")
+    b.linear(
+        "router_gate",
+        "ffn_in",
+        "router_logits",
+        h,
+        e,
+        tp=TPMode.TOKEN,
+        dense=True,
+        doc="router gate GEMM",
+    )
     b.act("expert_ids", *TOKENS, k, dtype_bytes=4)
-    b.op("router_topk", "router", ["router_logits"], ["expert_ids"], tp=TPMode.TOKEN,
-         doc=f"sigmoid scores, bias-corrected group-limited top-{k} ({cfg.n_group} groups, best {cfg.topk_group})")
+    b.op(
+        "router_topk",
+        "router",
+        ["router_logits"],
+        ["expert_ids"],
+        tp=TPMode.TOKEN,
+        doc=f"sigmoid scores, bias-corrected group-limited top-{k} ({cfg.n_group} groups, best {cfg.topk_group})",
+    )
     b.act("token_order", *TOKENS, k, dtype_bytes=4)
-    b.op("token_group", "sort", ["expert_ids"], ["token_order"], tp=TPMode.TOKEN, n=e, blocking=True,
-         doc="group token slots by expert so each expert's weights are read once")
+    b.op(
+        "token_group",
+        "sort",
+        ["expert_ids"],
+        ["token_order"],
+        tp=TPMode.TOKEN,
+        n=e,
+        blocking=True,
+        doc="group token slots by expert so each expert's weights are read once",
+    )
     if cfg.n_shared_experts:
         sw = w * cfg.n_shared_experts
         b.act("shared_gate_up", *TOKENS, 2 * sw)
         b.linear("shared_up_proj", "ffn_in", "shared_gate_up", h, 2 * sw, tp=TPMode.COLUMN)
         b.act("shared_act", *TOKENS, sw)
-        b.op("shared_silu_mul", "elementwise", ["shared_gate_up"], ["shared_act"], tp=TPMode.LOCAL, ops_scale=5.0)
+        b.op(
+            "shared_silu_mul",
+            "elementwise",
+            ["shared_gate_up"],
+            ["shared_act"],
+            tp=TPMode.LOCAL,
+            ops_scale=5.0,
+        )
         b.act("shared_out", *TOKENS, h)
         b.linear("shared_down_proj", "shared_act", "shared_out", sw, h, tp=TPMode.ROW)
     b.act("expert_gate_up", *TOKENS, k, 2 * w)
-    b.linear("experts_up_proj", "ffn_in", "expert_gate_up", h, 2 * w, count=k, weight_count=e,
-             tp=TPMode.COLUMN, extra_inputs=("token_order",), experts=e, slots=k,
-             doc=f"gate+up GEMMs of the {k} routed experts of each token")
+    b.linear(
+        "experts_up_proj",
+        "ffn_in",
+        "expert_gate_up",
+        h,
+        2 * w,
+        count=k,
+        weight_count=e,
+        tp=TPMode.COLUMN,
+        extra_inputs=("token_order",),
+        experts=e,
+        slots=k,
+        doc=f"gate+up GEMMs of the {k} routed experts of each token",
+    )
     b.act("expert_act", *TOKENS, k, w)
-    b.op("experts_silu_mul", "elementwise", ["expert_gate_up"], ["expert_act"], tp=TPMode.LOCAL,
-         ops_scale=5.0, slots=k)
+    b.op(
+        "experts_silu_mul",
+        "elementwise",
+        ["expert_gate_up"],
+        ["expert_act"],
+        tp=TPMode.LOCAL,
+        ops_scale=5.0,
+        slots=k,
+    )
     b.act("expert_out", *TOKENS, k, h)
-    b.linear("experts_down_proj", "expert_act", "expert_out", w, h, count=k, weight_count=e,
-             tp=TPMode.ROW, experts=e, slots=k)
+    b.linear(
+        "experts_down_proj",
+        "expert_act",
+        "expert_out",
+        w,
+        h,
+        count=k,
+        weight_count=e,
+        tp=TPMode.ROW,
+        experts=e,
+        slots=k,
+    )
     b.act("moe_out", *TOKENS, h)
     ins = ["expert_out", "shared_out"] if cfg.n_shared_experts else ["expert_out"]
-    b.op("experts_combine", "elementwise", ins, ["moe_out"], tp=TPMode.LOCAL, ops_scale=2.0, linear=True, slots=k,
-         doc="weighted sum of the routed experts plus the shared expert")
+    b.op(
+        "experts_combine",
+        "elementwise",
+        ins,
+        ["moe_out"],
+        tp=TPMode.LOCAL,
+        ops_scale=2.0,
+        linear=True,
+        slots=k,
+        doc="weighted sum of the routed experts plus the shared expert",
+    )
     b.act("h_out", *TOKENS, h)
     b.op("ffn_residual", "elementwise", [x, "moe_out"], ["h_out"], tp=TPMode.TOKEN)
     return "h_out"
 
 
-def build_layer(cfg: DeepSeekV3Config, kind: str, phase: str,
-                snapstream: SnapStreamConfig | None = None) -> Graph:
+def build_layer(
+    cfg: DeepSeekV3Config, kind: str, phase: str, snapstream: SnapStreamConfig | None = None
+) -> Graph:
     """One decoder layer of `kind` ('dense' | 'moe') for `phase` ('prefill' | 'decode')."""
     if kind not in ("dense", "moe"):
         raise ValueError(f"unknown layer kind {kind!r}")
@@ -185,28 +405,13 @@ def build_layer(cfg: DeepSeekV3Config, kind: str, phase: str,
 
 
 def build_embedding(cfg: DeepSeekV3Config) -> Graph:
-    b = _builder(cfg, f"{cfg.name}.embedding")
-    b.act("ids", *TOKENS, dtype_bytes=4)
-    b.act("x", *TOKENS, cfg.hidden_size)
-    w = b.weight("embed.weight", cfg.vocab_size, cfg.hidden_size, dense=True)
-    b.op("embed", "embed", ["ids"], ["x"], weights=(w,), tp=TPMode.ROW,
-         read_shape=("B", "S", cfg.hidden_size), read_dtype_bytes=b.dense_bytes,
-         doc="token embedding lookup (vocab-parallel: each socket holds a slice of the table)")
-    return b.g
+    return embedding_graph(_builder(cfg, f"{cfg.name}.embedding"), cfg.hidden_size, cfg.vocab_size)
 
 
 def build_head(cfg: DeepSeekV3Config) -> Graph:
     """Final norm and LM head for the last token of each sequence (what the next token needs)."""
     b = _builder(cfg, f"{cfg.name}.head")
-    h = cfg.hidden_size
-    b.act("x", *TOKENS, h)
-    b.act("x_n", *TOKENS, h)
-    b.norm("final_norm", "x", "x_n", h)
-    b.act("logits", *TOKENS, cfg.vocab_size, dtype_bytes=4)
-    b.linear("lm_head", "x_n", "logits", h, cfg.vocab_size, tp=TPMode.COLUMN, dense=True)
-    b.act("next_token", "B", "S", dtype_bytes=4)
-    b.op("sample", "topk", ["logits"], ["next_token"], tp=TPMode.LOCAL, n=cfg.vocab_size, doc="greedy / top-k sampling")
-    return b.g
+    return head_graph(b, cfg.hidden_size, cfg.vocab_size, cfg.tie_word_embeddings)
 
 
 def build_mtp_projection(cfg: DeepSeekV3Config) -> Graph:
@@ -222,5 +427,7 @@ def build_mtp_projection(cfg: DeepSeekV3Config) -> Graph:
     b.act("he", *TOKENS, 2 * h)
     b.op("mtp_concat", "concat", ["h_n", "e_n"], ["he"], tp=TPMode.TOKEN)
     b.act("x", *TOKENS, h)
-    b.linear("mtp_eh_proj", "he", "x", 2 * h, h, tp=TPMode.COLUMN, doc="projects [h; e] back to hidden")
+    b.linear(
+        "mtp_eh_proj", "he", "x", 2 * h, h, tp=TPMode.COLUMN, doc="projects [h; e] back to hidden"
+    )
     return b.g

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from rdusim.ir.builders.common import TOKENS, Builder
-from rdusim.snapstream.config import SnapStreamConfig
+from rdusim.ir.builders.common import TOKENS, Builder, embedding_graph, head_graph
 from rdusim.ir.graph import Graph, TPMode
+from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import LlamaConfig
 
 
 def _builder(cfg: LlamaConfig, name: str) -> Builder:
-    return Builder(name, cfg.bytes_of("activations"), cfg.bytes_of("weights"),
-                   cfg.bytes_of("dense_weights"))
+    return Builder(
+        name, cfg.bytes_of("activations"), cfg.bytes_of("weights"), cfg.bytes_of("dense_weights")
+    )
 
 
-def build_layer(cfg: LlamaConfig, kind: str, phase: str,
-                snapstream: SnapStreamConfig | None = None) -> Graph:
+def build_layer(
+    cfg: LlamaConfig, kind: str, phase: str, snapstream: SnapStreamConfig | None = None
+) -> Graph:
     """One Llama decoder layer; `kind` is always 'dense'."""
     if kind != "dense":
         raise ValueError(f"llama layers are dense, not {kind!r}")
@@ -40,25 +42,71 @@ def build_layer(cfg: LlamaConfig, kind: str, phase: str,
     b.cache("v_cache", "B", "T", kvh * hd, dtype_bytes=kvb)
     b.act("attn_out", *TOKENS, nh, hd)
     if phase == "prefill":
-        b.op("kv_cache_write", "scatter", ["k_rot", "v"], ["k_cache", "v_cache"], tp=TPMode.LOCAL,
-             write_shape=("B", "S", 2 * kvh * hd), write_dtype_bytes=kvb)
+        b.op(
+            "kv_cache_write",
+            "scatter",
+            ["k_rot", "v"],
+            ["k_cache", "v_cache"],
+            tp=TPMode.LOCAL,
+            write_shape=("B", "S", 2 * kvh * hd),
+            write_dtype_bytes=kvb,
+        )
         if snapstream is not None:
             from rdusim.snapstream.kernels import add_prefill_compression
 
-            add_prefill_compression(b, snapstream, heads=nh, qk_dim=hd, cache=("k_cache", "v_cache"),
-                                    widths=(kvh * hd, kvh * hd), query="q_rot", keys="k_rot",
-                                    cache_bytes=kvb, selections=kvh, names=("k", "v"))
-        b.op("attention", "attention", ["q_rot", "k_rot", "v"], ["attn_out"], tp=TPMode.HEADS,
-             heads=nh, kv_heads=kvh, qk_dim=hd, v_dim=hd, causal=True)
+            add_prefill_compression(
+                b,
+                snapstream,
+                heads=nh,
+                qk_dim=hd,
+                cache=("k_cache", "v_cache"),
+                widths=(kvh * hd, kvh * hd),
+                query="q_rot",
+                keys="k_rot",
+                cache_bytes=kvb,
+                selections=kvh,
+                names=("k", "v"),
+            )
+        b.op(
+            "attention",
+            "attention",
+            ["q_rot", "k_rot", "v"],
+            ["attn_out"],
+            tp=TPMode.HEADS,
+            heads=nh,
+            kv_heads=kvh,
+            qk_dim=hd,
+            v_dim=hd,
+            causal=True,
+        )
     else:
         b.act("cache_ready", "B", 1)
-        b.op("kv_cache_write", "scatter", ["k_rot", "v", "k_cache", "v_cache"], ["cache_ready"],
-             tp=TPMode.LOCAL, read_shape=("B", "S", 2 * kvh * hd), read_dtype_bytes=kvb,
-             write_shape=("B", "S", 2 * kvh * hd), write_dtype_bytes=kvb,
-             index="ring" if snapstream else "position")
-        b.op("attention", "attention", ["q_rot", "k_cache", "v_cache", "cache_ready"], ["attn_out"],
-             tp=TPMode.HEADS, heads=nh, kv_heads=kvh, qk_dim=hd, v_dim=hd, causal=False,
-             read_shape=("B", "T", 2 * kvh * hd), read_dtype_bytes=kvb)
+        b.op(
+            "kv_cache_write",
+            "scatter",
+            ["k_rot", "v", "k_cache", "v_cache"],
+            ["cache_ready"],
+            tp=TPMode.LOCAL,
+            read_shape=("B", "S", 2 * kvh * hd),
+            read_dtype_bytes=kvb,
+            write_shape=("B", "S", 2 * kvh * hd),
+            write_dtype_bytes=kvb,
+            index="ring" if snapstream else "position",
+        )
+        b.op(
+            "attention",
+            "attention",
+            ["q_rot", "k_cache", "v_cache", "cache_ready"],
+            ["attn_out"],
+            tp=TPMode.HEADS,
+            heads=nh,
+            kv_heads=kvh,
+            qk_dim=hd,
+            v_dim=hd,
+            causal=False,
+            read_shape=("B", "T", 2 * kvh * hd),
+            read_dtype_bytes=kvb,
+        )
     b.act("attn_proj", *TOKENS, h)
     b.linear("o_proj", "attn_out", "attn_proj", nh * hd, h, tp=TPMode.ROW)
     b.act("h_attn", *TOKENS, h)
@@ -69,7 +117,9 @@ def build_layer(cfg: LlamaConfig, kind: str, phase: str,
     b.act("ffn_gate_up", *TOKENS, 2 * w)
     b.linear("ffn_up_proj", "ffn_in", "ffn_gate_up", h, 2 * w, tp=TPMode.COLUMN)
     b.act("ffn_act", *TOKENS, w)
-    b.op("ffn_silu_mul", "elementwise", ["ffn_gate_up"], ["ffn_act"], tp=TPMode.LOCAL, ops_scale=5.0)
+    b.op(
+        "ffn_silu_mul", "elementwise", ["ffn_gate_up"], ["ffn_act"], tp=TPMode.LOCAL, ops_scale=5.0
+    )
     b.act("ffn_out", *TOKENS, h)
     b.linear("ffn_down_proj", "ffn_act", "ffn_out", w, h, tp=TPMode.ROW)
     b.act("h_out", *TOKENS, h)
@@ -78,28 +128,9 @@ def build_layer(cfg: LlamaConfig, kind: str, phase: str,
 
 
 def build_embedding(cfg: LlamaConfig) -> Graph:
-    b = _builder(cfg, f"{cfg.name}.embedding")
-    b.act("ids", *TOKENS, dtype_bytes=4)
-    b.act("x", *TOKENS, cfg.hidden_size)
-    w = b.weight("embed.weight", cfg.vocab_size, cfg.hidden_size, dense=True)
-    b.op("embed", "embed", ["ids"], ["x"], weights=(w,), tp=TPMode.ROW,
-         read_shape=("B", "S", cfg.hidden_size), read_dtype_bytes=b.dense_bytes,
-         doc="token embedding lookup (vocab-parallel)")
-    return b.g
+    return embedding_graph(_builder(cfg, f"{cfg.name}.embedding"), cfg.hidden_size, cfg.vocab_size)
 
 
 def build_head(cfg: LlamaConfig) -> Graph:
     b = _builder(cfg, f"{cfg.name}.head")
-    h = cfg.hidden_size
-    b.act("x", *TOKENS, h)
-    b.act("x_n", *TOKENS, h)
-    b.norm("final_norm", "x", "x_n", h)
-    b.act("logits", *TOKENS, cfg.vocab_size, dtype_bytes=4)
-    if cfg.tie_word_embeddings:
-        b.op("lm_head", "gemm", ["x_n"], ["logits"], tp=TPMode.COLUMN, m=TOKENS, k=h,
-             n=cfg.vocab_size, doc="tied to the embedding: no weights of its own")
-    else:
-        b.linear("lm_head", "x_n", "logits", h, cfg.vocab_size, tp=TPMode.COLUMN, dense=True)
-    b.act("next_token", "B", "S", dtype_bytes=4)
-    b.op("sample", "topk", ["logits"], ["next_token"], tp=TPMode.LOCAL, n=cfg.vocab_size)
-    return b.g
+    return head_graph(b, cfg.hidden_size, cfg.vocab_size, cfg.tie_word_embeddings)

@@ -1,0 +1,336 @@
+"""Figures: the paper's Tables 4 and 5 (simulated beside published) and parameter sweeps.
+
+Figures are built on `matplotlib.figure.Figure` (no pyplot state, rendered by the Agg canvas for
+PNG) and returned as bytes, so the caller decides where and how they are written.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+if TYPE_CHECKING:
+    from rdusim.serving.reproduce import Cell
+
+PUBLISHED_STYLE: dict[str, Any] = {
+    "hatch": "///",
+    "alpha": 0.45,
+    "edgecolor": "black",
+    "linewidth": 0.8,
+}
+SIMULATED_STYLE: dict[str, Any] = {"edgecolor": "black", "linewidth": 0.8}
+SIM_COLOR = "tab:blue"
+NO_SS_COLOR = "tab:gray"
+SS_COLOR = "tab:orange"
+OK_COLOR = "tab:green"
+BAD_COLOR = "tab:red"
+BAND_COLOR = "gold"
+
+
+def figure_bytes(fig: Figure, fmt: str) -> bytes:
+    """The figure rendered as `fmt` ("png" or "svg")."""
+    if fmt == "png":
+        FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(
+        buf,
+        format=fmt,
+        dpi=150,
+        bbox_inches="tight",
+        metadata={"Date": None} if fmt == "svg" else None,
+    )
+    return buf.getvalue()
+
+
+# --- Table 4 ---------------------------------------------------------------------------------
+
+
+def table4_figure(cells: Sequence[Cell]) -> Figure:
+    """Grouped horizontal bars: each kernel's share, published (with its band) and simulated."""
+    kernels = [c for c in cells if c.table == "table4" and c.bound == "band"]
+    extra = [c for c in cells if c.table == "table4" and c.bound == "max"]
+    fig = Figure(figsize=(10.5, 6.2), layout="constrained")
+    ax = fig.add_subplot()
+    h = 0.38
+    ys = list(range(len(kernels)))[::-1]
+    right = max(max(c.simulated, c.published + c.tolerance) for c in kernels)
+    for y, c in zip(ys, kernels, strict=True):
+        ax.barh(y + h / 2, c.published, h, color=NO_SS_COLOR, **PUBLISHED_STYLE)
+        ax.barh(
+            y + h / 2,
+            c.published + c.tolerance - max(0.0, c.published - c.tolerance),
+            h * 1.15,
+            left=max(0.0, c.published - c.tolerance),
+            color=BAND_COLOR,
+            alpha=0.35,
+            linewidth=0,
+        )
+        ax.errorbar(
+            c.published,
+            y + h / 2,
+            xerr=c.tolerance,
+            fmt="none",
+            ecolor="black",
+            elinewidth=1.2,
+            capsize=4,
+        )
+        ax.barh(y - h / 2, c.simulated, h, color=SIM_COLOR, **SIMULATED_STYLE)
+        ax.text(
+            c.published + c.tolerance + 0.008 * right,
+            y + h / 2,
+            f"{c.published:.2f}%",
+            va="center",
+            fontsize=8.5,
+            color="dimgray",
+        )
+        ax.text(
+            max(c.simulated, c.published + c.tolerance) + 0.008 * right,
+            y - h / 2,
+            f"{c.simulated:.2f}%  ({c.deviation:+.2f} pt)",
+            va="center",
+            fontsize=8.5,
+            fontweight="bold",
+            color=OK_COLOR if c.within else BAD_COLOR,
+        )
+    ax.set_yticks(ys, [c.item for c in kernels])
+    ax.set_xlim(0, right * 1.3)
+    ax.set_xlabel("share of the MoE layer's latency (%)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    fitted = sum(c.fitted for c in kernels)
+    ax.set_title(
+        "Table 4 — latency share per kernel, one prefill MoE layer of DeepSeek-R1, 128K prompt\n"
+        f"simulated (rdusim) vs published (SnapStream paper); {fitted} of {len(kernels)} shares "
+        "took part in the calibration fit",
+        fontsize=11,
+    )
+    handles = [
+        Patch(facecolor=NO_SS_COLOR, label="published (paper)", **PUBLISHED_STYLE),
+        Patch(facecolor=SIM_COLOR, label="simulated (rdusim)", **SIMULATED_STYLE),
+        Patch(facecolor=BAND_COLOR, alpha=0.5, label="± tolerance band on published"),
+        Patch(
+            facecolor="none",
+            edgecolor="none",
+            label="label: simulated (deviation, points);\ngreen = within, red = outside",
+        ),
+    ]
+    ax.legend(handles=handles, loc="lower right", fontsize=9, framealpha=0.95)
+    for c in extra:
+        mark = "ok" if c.within else "FAIL"
+        fig.text(
+            0.01,
+            -0.01,
+            f"SnapStream kernels (SnapKV Compression + Streaming Ring Buffer): "
+            f"{c.simulated:.2f}% simulated; paper: below {c.published:g}% [{mark}]",
+            fontsize=9,
+            va="top",
+        )
+    return fig
+
+
+# --- Table 5 ---------------------------------------------------------------------------------
+
+_T5_ITEM = re.compile(
+    r"^(\d+)K (max batch|throughput|improvement)(?: \((no SnapStream|SnapStream)\))?$"
+)
+
+
+def table5_values(cells: Sequence[Cell]) -> dict[str, dict[str, Cell]]:
+    """Table 5 cells by prompt label ("128K") and role ("batch_ss", "tput_no_ss", "improvement")."""
+    out: dict[str, dict[str, Cell]] = {}
+    for c in cells:
+        if c.table != "table5":
+            continue
+        m = _T5_ITEM.match(c.item)
+        if not m:
+            raise ValueError(f"unexpected Table 5 cell {c.item!r}")
+        label, what, ss = m.groups()
+        role = {"max batch": "batch", "throughput": "tput", "improvement": "improvement"}[what]
+        if ss:
+            role += "_ss" if ss == "SnapStream" else "_no_ss"
+        out.setdefault(f"{label}K", {})[role] = c
+    return out
+
+
+def _bar_label(
+    ax: Axes, x: float, y: float, text: str, color: str = "black", bold: bool = False
+) -> None:
+    ax.annotate(
+        text,
+        (x, y),
+        xytext=(0, 2),
+        textcoords="offset points",
+        ha="center",
+        va="bottom",
+        fontsize=7.5,
+        color=color,
+        fontweight="bold" if bold else "normal",
+    )
+
+
+def _t5_panel(ax: Axes, groups: dict[str, dict[str, Cell]], what: str) -> float:
+    """Four bars per prompt length; returns the panel's top value."""
+    w = 0.2
+    offsets = {
+        ("no_ss", "pub"): -1.5 * w,
+        ("no_ss", "sim"): -0.5 * w,
+        ("ss", "pub"): 0.5 * w,
+        ("ss", "sim"): 1.5 * w,
+    }
+    top = 0.0
+    for i, roles in enumerate(groups.values()):
+        for tag, color in (("no_ss", NO_SS_COLOR), ("ss", SS_COLOR)):
+            c = roles[f"{what}_{tag}"]
+            xp, xs = i + offsets[(tag, "pub")], i + offsets[(tag, "sim")]
+            ax.bar(xp, c.published, w, color=color, **PUBLISHED_STYLE)
+            ax.bar(xs, c.simulated, w, color=color, **SIMULATED_STYLE)
+            hi = c.published + c.tolerance
+            if c.tolerance:
+                ax.errorbar(
+                    xp,
+                    c.published,
+                    yerr=c.tolerance,
+                    fmt="none",
+                    ecolor="black",
+                    elinewidth=1,
+                    capsize=3,
+                )
+            fmt = "{:,.0f}" if what == "tput" else "{:g}"
+            _bar_label(ax, xp, hi, fmt.format(c.published), "dimgray")
+            star = "*" if c.fitted and what == "tput" else ""
+            _bar_label(
+                ax,
+                xs,
+                c.simulated,
+                fmt.format(c.simulated) + star,
+                OK_COLOR if c.within else BAD_COLOR,
+                bold=True,
+            )
+            top = max(top, hi, c.simulated)
+    return top
+
+
+def table5_figure(cells: Sequence[Cell], compressed: Mapping[str, int] | None = None) -> Figure:
+    """(a) max batch and (b) throughput for each prompt length, without and with SnapStream."""
+    groups = table5_values(cells)
+    labels = list(groups)
+    fig = Figure(figsize=(13.5, 6.0), layout="constrained")
+    ax_b, ax_t = fig.subplots(1, 2)
+    xt = range(len(labels))
+    ticks = [
+        f"{lab} prompt"
+        + (
+            f"\n(SnapStream KV: {compressed[lab] // 1024}K)"
+            if compressed and lab in compressed
+            else ""
+        )
+        for lab in labels
+    ]
+
+    top = _t5_panel(ax_b, groups, "batch")
+    ax_b.set_yscale("log", base=2)
+    ax_b.set_ylim(4, top * 3)
+    ax_b.set_ylabel("max batch size (sequences, log scale)")
+    ax_b.set_title("(a) maximum batch that fits in HBM (a power of two)")
+    ax_b.yaxis.set_major_formatter(lambda v, _pos: f"{v:g}")
+
+    top = _t5_panel(ax_t, groups, "tput")
+    ax_t.set_ylim(0, top * 1.28)
+    ax_t.set_ylabel("decode throughput (tokens/s, incl. ×2.4 MTP)")
+    ax_t.set_title("(b) decode throughput (improvement = with / without SnapStream)")
+    ax_t.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.0f}")
+    for i, roles in enumerate(groups.values()):
+        imp = roles.get("improvement")
+        if imp is None:
+            continue
+        tputs = [roles[f"tput_{t}"] for t in ("no_ss", "ss")]
+        y = max(max(c.published + c.tolerance, c.simulated) for c in tputs) + 0.07 * top
+        ax_t.text(
+            i,
+            y,
+            f"SnapStream improvement\n×{imp.simulated:.2f} simulated / ×{imp.published:g} paper",
+            ha="center",
+            va="bottom",
+            fontsize=8.5,
+            color=OK_COLOR if imp.within else BAD_COLOR,
+            fontweight="bold",
+            bbox={"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "lightgray"},
+        )
+    for ax in (ax_b, ax_t):
+        ax.set_xticks(list(xt), ticks)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    handles = [
+        Patch(facecolor=NO_SS_COLOR, label="without SnapStream, published", **PUBLISHED_STYLE),
+        Patch(facecolor=NO_SS_COLOR, label="without SnapStream, simulated", **SIMULATED_STYLE),
+        Patch(facecolor=SS_COLOR, label="with SnapStream, published", **PUBLISHED_STYLE),
+        Patch(facecolor=SS_COLOR, label="with SnapStream, simulated", **SIMULATED_STYLE),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=9)
+    fig.suptitle(
+        "Table 5 — DeepSeek-R1 decode on 16×SN40L, simulated (solid) vs published (hatched, "
+        "with ±tolerance)\nbold labels: simulated (green = within tolerance, red = outside); "
+        "* = fitted cell, all other throughputs are predictions",
+        fontsize=11,
+    )
+    return fig
+
+
+# --- sweeps ----------------------------------------------------------------------------------
+
+
+def _label(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def sweep_figure(
+    rows: Sequence[Mapping[str, Any]], x: str, y: str, group_keys: Sequence[str], title: str = ""
+) -> Figure:
+    """`y` against `x`, one line per combination of the `group_keys` values."""
+    lines: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
+    for r in rows:
+        if r.get(x) is None or r.get(y) is None:
+            continue
+        lines.setdefault(tuple(r.get(k) for k in group_keys), []).append((r[x], r[y]))
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.add_subplot()
+    xs_all: list[float] = []
+    numeric = all(
+        isinstance(px, int | float) and not isinstance(px, bool)
+        for pts in lines.values()
+        for px, _ in pts
+    )
+    for combo, pts in lines.items():
+        label = ", ".join(f"{k}={_label(v)}" for k, v in zip(group_keys, combo, strict=True))
+        if numeric:
+            pts = sorted(pts)
+            xs_all += [float(px) for px, _ in pts]
+            ax.plot([px for px, _ in pts], [py for _, py in pts], marker="o", label=label or y)
+        else:
+            ax.plot(
+                [_label(px) for px, _ in pts], [py for _, py in pts], marker="o", label=label or y
+            )
+    if numeric and xs_all and min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 8:
+        ax.set_xscale("log", base=2)
+        ticks = sorted(set(xs_all))
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.6g}")
+    ax.grid(alpha=0.3)
+    if group_keys:
+        ax.legend(fontsize=9)
+    ax.set_title(title or f"{y} vs {x}")
+    if not lines:
+        ax.text(0.5, 0.5, "no values to plot", transform=ax.transAxes, ha="center")
+    return fig

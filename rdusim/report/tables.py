@@ -1,0 +1,318 @@
+"""Comparison tables (simulated vs published), CSV/JSON writers, and atomic file output.
+
+Everything here turns results into text or bytes; `write_files` is the one place that puts a set of
+outputs on disk, all-or-nothing per file (temporary file, then rename).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rdusim.report.console import seconds, si, table
+
+if TYPE_CHECKING:
+    from rdusim.serving.reproduce import Cell
+
+CELL_COLUMNS = (
+    "table",
+    "item",
+    "unit",
+    "simulated",
+    "published",
+    "deviation",
+    "tolerance",
+    "bound",
+    "within_tolerance",
+    "fitted",
+    "status",
+)
+
+
+# --- numbers ---------------------------------------------------------------------------------
+
+
+def _value(v: float, unit: str) -> str:
+    if unit == "%":
+        return f"{v:.2f} %"
+    if unit == "x":
+        return f"{v:.2f}x"
+    if unit == "tokens/s":
+        return f"{v:,.0f} tok/s"
+    if unit == "seqs":
+        return f"{v:g}"
+    return f"{v:.4g} {unit}".rstrip()
+
+
+def _deviation(c: Cell) -> str:
+    d = c.deviation
+    if c.unit == "%":
+        return f"{d:+.2f} pt"
+    if c.unit == "tokens/s":
+        rel = f" ({100 * d / c.published:+.1f}%)" if c.published else ""
+        return f"{d:+,.0f}{rel}"
+    if c.unit == "seqs":
+        return f"{d:+g}"
+    return f"{d:+.3g}"
+
+
+def _tolerance(c: Cell) -> str:
+    if c.bound == "max":
+        return "upper bound"
+    if c.tolerance == 0:
+        return "exact"
+    if c.unit == "%":
+        return f"±{c.tolerance:.2f} pt"
+    if c.unit == "tokens/s":
+        rel = f" ({100 * c.tolerance / c.published:.0f}%)" if c.published else ""
+        return f"±{c.tolerance:,.0f}{rel}"
+    return f"±{c.tolerance:g}"
+
+
+def status(c: Cell) -> str:
+    """'fitted' when the cell took part in calibration, else 'predicted'."""
+    return "fitted" if c.fitted else "predicted"
+
+
+# --- comparison table ------------------------------------------------------------------------
+
+
+def comparison_rows(cells: Iterable[Cell]) -> list[list[str]]:
+    rows = []
+    for c in cells:
+        pub = _value(c.published, c.unit)
+        if c.bound == "max":
+            pub = "< " + pub
+        rows.append(
+            [
+                c.table,
+                c.item,
+                _value(c.simulated, c.unit),
+                pub,
+                _deviation(c),
+                _tolerance(c),
+                status(c),
+                "ok" if c.within else "FAIL",
+            ]
+        )
+    return rows
+
+
+def render_comparison(cells: Sequence[Cell], title: str = "") -> str:
+    """The comparison of simulated and published cells, with a one-line summary."""
+    headers = [
+        "table",
+        "cell",
+        "simulated",
+        "published",
+        "deviation",
+        "tolerance",
+        "fitted|predicted",
+        "ok/FAIL",
+    ]
+    body = table(headers, comparison_rows(cells), align="<<>>>><<")
+    failed = [c for c in cells if not c.within]
+    n_fit = sum(c.fitted for c in cells)
+    summary = (
+        f"{len(cells) - len(failed)}/{len(cells)} cells within tolerance "
+        f"({n_fit} fitted, {len(cells) - n_fit} predicted)"
+    )
+    if failed:
+        summary += "; outside: " + ", ".join(f"{c.table} {c.item}" for c in failed)
+    parts = [title, ""] if title else []
+    return "\n".join([*parts, body, "", summary])
+
+
+# --- CSV / JSON ------------------------------------------------------------------------------
+
+
+def csv_value(v: Any) -> str:
+    """CSV text of a value: booleans lower-case, None empty, floats at full precision."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def to_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for row in rows:
+        w.writerow([csv_value(row.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def cell_record(c: Cell) -> dict[str, Any]:
+    return c.as_dict() | {"status": status(c)}
+
+
+def cells_csv(cells: Iterable[Cell]) -> str:
+    return to_csv(CELL_COLUMNS, (cell_record(c) for c in cells))
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+def cells_json(cells: Iterable[Cell], **meta: Any) -> str:
+    return to_json(meta | {"cells": [cell_record(c) for c in cells]})
+
+
+# --- calibration -----------------------------------------------------------------------------
+
+
+def format_param(value: float) -> str:
+    """A calibration value as written in a hardware YAML (4 significant digits)."""
+    if value != 0 and not 1e-3 <= abs(value) < 1e4:
+        return f"{value:.3e}"
+    text = f"{value:.4g}"
+    return text if any(ch in text for ch in ".e") else text + ".0"
+
+
+def render_params(
+    before: Mapping[str, float], after: Mapping[str, float], fitted_on: Mapping[str, str]
+) -> str:
+    rows = []
+    for name, old in before.items():
+        new = after[name]
+        change = f"{100 * (new / old - 1):+.1f}%" if old else "-"
+        rows.append([name, format_param(old), format_param(new), change, fitted_on.get(name, "-")])
+    return table(["parameter", "before", "after", "change", "fitted on"], rows, align="<>>><")
+
+
+def render_residuals(before: Sequence[Cell], after: Sequence[Cell]) -> str:
+    """Fitted cells before and after the fit; residual = deviation / tolerance."""
+
+    def ratio(c: Cell) -> str:
+        return f"{c.deviation / c.tolerance:+.2f}" if c.tolerance else "-"
+
+    rows = []
+    for b, a in zip(before, after, strict=True):
+        rows.append(
+            [
+                f"{a.table} {a.item}",
+                _value(b.simulated, b.unit),
+                _value(a.simulated, a.unit),
+                _value(a.published, a.unit),
+                _tolerance(a),
+                ratio(b),
+                ratio(a),
+            ]
+        )
+    cost_b = sum((c.deviation / c.tolerance) ** 2 for c in before if c.tolerance)
+    cost_a = sum((c.deviation / c.tolerance) ** 2 for c in after if c.tolerance)
+    body = table(
+        [
+            "fitted cell",
+            "sim before",
+            "sim after",
+            "published",
+            "tolerance",
+            "dev/tol before",
+            "dev/tol after",
+        ],
+        rows,
+        align="<>>>>>>",
+    )
+    return body + f"\n\nsum of squared residuals: {cost_b:.4g} -> {cost_a:.4g}"
+
+
+_ENTRY = re.compile(
+    r"^(?P<head>[ \t]+(?P<key>[A-Za-z_]\w*):[ \t]*)(?P<value>[^#\r\n]*?)(?P<tail>[ \t]*(#.*)?\r?\n?)$"
+)
+
+
+def patch_calibration(text: str, values: Mapping[str, str]) -> str:
+    """`text` (a hardware YAML) with the `calibration:` entries in `values` replaced in place.
+
+    Only the value of each `  key: value` line changes; indentation, comments and every other line
+    are kept as they are. Raises KeyError naming the keys the section does not have.
+    """
+    out = []
+    inside = False
+    seen: set[str] = set()
+    for line in text.splitlines(keepends=True):
+        if line.strip() and not line[0].isspace() and not line.startswith("#"):
+            inside = line.split(":", 1)[0].strip() == "calibration"
+        elif inside and (m := _ENTRY.match(line)) and m["key"] in values:
+            line = m["head"] + values[m["key"]] + m["tail"]
+            seen.add(m["key"])
+        out.append(line)
+    missing = set(values) - seen
+    if missing:
+        raise KeyError(", ".join(sorted(missing)))
+    return "".join(out)
+
+
+# --- sweep -----------------------------------------------------------------------------------
+
+
+def _sweep_cell(column: str, v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if column.endswith("latency_s") and isinstance(v, float):
+        return seconds(v)
+    if column.endswith("_bytes") and isinstance(v, float | int):
+        return si(float(v), "B")
+    if column.endswith("tokens_per_s") and isinstance(v, float | int):
+        return f"{v:,.0f}"
+    return str(v)
+
+
+SUMMARY_COLUMNS = {
+    "batch": "batch",
+    "max_batch_size": "max batch",
+    "total_latency_s": "latency (step/TTFT)",
+    "throughput_tokens_per_s": "tokens/s",
+    "sram_peak_bytes": "SRAM peak",
+    "hbm_kv_cache_bytes": "HBM KV",
+    "hbm_weights_bytes": "HBM weights",
+}
+
+
+def render_sweep(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
+    """One line per sweep point: the varying keys, then the headline results."""
+    columns = [*keys, *(c for c in SUMMARY_COLUMNS if c not in keys)]
+    body = [[_sweep_cell(c, r.get(c)) for c in columns] for r in rows]
+    headers = [SUMMARY_COLUMNS.get(c, c) if c not in keys else c for c in columns]
+    align = "".join("<" if c in keys else ">" for c in columns)
+    return table(headers, body, align=align)
+
+
+# --- files -----------------------------------------------------------------------------------
+
+
+def write_files(files: Mapping[Path, str | bytes]) -> None:
+    """Write every file via a temporary sibling, then rename them all.
+
+    All contents are written to temporaries first, so an error while writing leaves no output
+    half-written (and, before the renames start, none of the outputs changed).
+    """
+    tmps: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp")
+            if isinstance(data, bytes):
+                tmp.write_bytes(data)
+            else:
+                tmp.write_text(data, encoding="utf-8")
+            tmps.append((tmp, path))
+        for tmp, path in tmps:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in tmps:
+            tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,84 @@
+"""Allocation: PCUs by work (every compute op at least one), PMUs by buffers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rdusim.compiler.allocate import allocate, efficiency
+from rdusim.compiler.compile import compile_mapping
+from rdusim.compiler.program import Kernel, OpPlan
+from rdusim.spec.hardware import load_hardware
+from rdusim.spec.mapping import load_mapping
+
+MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
+HW = load_hardware("sn40l-16")
+CLASSES = ("systolic", "attention", "simd", "memory")
+
+
+def plan(name: str, flops: float, cost_class: str = "systolic", sram: float = 1e6) -> OpPlan:
+    return OpPlan(name=name, kind="gemm", cost_class=cost_class, strategy="tp", degree=16,
+                  flops=flops, hbm_read=0.0, hbm_write=0.0, weight_bytes=0.0, stream_in=0.0,
+                  stream_out=0.0, sram_bytes=sram)
+
+
+def test_efficiency_by_cost_class():
+    cal = HW.calibration
+    assert efficiency(HW, "systolic") == cal.gemm_efficiency
+    assert efficiency(HW, "attention") == cal.attention_efficiency
+    assert efficiency(HW, "simd") == cal.simd_efficiency
+    assert efficiency(HW, "memory") == 1.0
+
+
+def test_pcus_follow_work():
+    k = Kernel("k", [plan("a", 3e9), plan("b", 1e9), plan("gather", 0.0, "memory"),
+                     plan("idle", 0.0)])
+    allocate(k, HW)
+    pcus = {p.name: p.pcus for p in k.ops}
+    assert k.pcus == HW.socket.pcus
+    assert pcus["gather"] == 0 and pcus["idle"] == 0
+    assert pcus["a"] == pytest.approx(3 * pcus["b"], abs=3)
+
+
+def test_pcus_weigh_work_by_efficiency():
+    # SIMD runs at a quarter of the GEMM efficiency here: the same element count needs more PCUs
+    k = Kernel("k", [plan("gemm", 1e9, "systolic"), plan("norm", 1e9, "simd")])
+    allocate(k, HW)
+    ratio = HW.calibration.gemm_efficiency / HW.calibration.simd_efficiency
+    assert k.op("norm").pcus / k.op("gemm").pcus == pytest.approx(ratio, rel=0.01)
+
+
+def test_a_memory_only_kernel_gets_no_pcus_but_pmus():
+    k = Kernel("ring", [plan("g1", 0.0, "memory", sram=3.2e6), plan("g2", 0.0, "memory", sram=0.0)])
+    allocate(k, HW)
+    assert k.pcus == 0
+    assert [p.pmus for p in k.ops] == [math.ceil(3.2e6 / HW.socket.pmu_bytes), 1]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 1e12), st.sampled_from(CLASSES), st.floats(0.0, 2e7)),
+                min_size=1, max_size=40))
+def test_allocation_invariants(ops):
+    k = Kernel("k", [plan(f"op{i}", f, c, s) for i, (f, c, s) in enumerate(ops)])
+    allocate(k, HW)
+    compute = [p for p in k.ops if p.cost_class != "memory" and p.flops > 0]
+    for p in k.ops:
+        assert p.pcus >= (1 if p in compute else 0)
+        assert p.pmus == max(1, math.ceil(p.sram_bytes / HW.socket.pmu_bytes))
+    assert k.pcus == (HW.socket.pcus if compute else 0)
+
+
+@pytest.mark.parametrize("mapping", ["r1_prefill.yaml", "r1_decode.yaml",
+                                     "llama31_8b_prefill.yaml", "llama31_8b_decode.yaml"])
+def test_shipped_mappings_stay_within_the_socket(mapping):
+    rm = load_mapping(MAPPINGS / mapping, ["seq_len=16384", "batch=16"])
+    prog = compile_mapping(rm)
+    for lp in prog.all_layers():
+        for k in lp.kernels:
+            assert k.pcus <= HW.socket.pcus
+            assert k.pmus <= HW.socket.pmus
+            assert k.sram_bytes <= HW.socket.sram_bytes

@@ -1,0 +1,171 @@
+"""Memory planning: SRAM buffers per kernel, the HBM budget per socket, and the maximum batch."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from rdusim.compiler.compile import build_kernels, compile_mapping, workload_for
+from rdusim.compiler.fusion import fuse
+from rdusim.compiler.memory import (
+    RESIDENT_WEIGHT_BYTES,
+    _weight_buffer,
+    cache_bytes,
+    check_sram,
+    kv_share,
+)
+from rdusim.compiler.program import HBMPlan, LayerProgram
+from rdusim.errors import SpecError
+from rdusim.ir.builders import deepseek, llama
+from rdusim.ir.graph import Workload
+from rdusim.serving.capacity import max_batch
+from rdusim.spec.hardware import load_hardware
+from rdusim.spec.mapping import KernelSpec, Sharding, Tiling, load_mapping
+
+MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
+HW = load_hardware("sn40l-16")
+
+
+# --------------------------------------------------------------------------------------------
+# HBM plan and capacity
+
+
+@pytest.fixture(scope="module")
+def r1_decode_64():
+    return compile_mapping(load_mapping(MAPPINGS / "r1_decode.yaml", ["batch=64"]))
+
+
+def test_r1_decode_kv_cache_per_socket(r1_decode_64, r1):
+    # MLA caches the latent and the rope key per token and layer, in BF16
+    per_layer = (r1.kv_lora_rank + r1.qk_rope_head_dim) * 2
+    assert per_layer == 1152
+    layers = r1.num_hidden_layers + r1.num_nextn_predict_layers  # the MTP layer has its own cache
+    kv_len = 131072 // 4  # SnapStream, compression 4
+    sequences = 64 // 16  # attention DP16: each socket keeps its own sequences
+    expected = sequences * kv_len * per_layer * layers
+    assert expected == pytest.approx(4 * 32768 * 70272 * 62 / 61, rel=1e-15)
+    assert r1_decode_64.hbm.kv_cache == pytest.approx(expected, rel=1e-12)
+
+
+def test_r1_decode_weights_and_budget(r1_decode_64):
+    hbm = r1_decode_64.hbm
+    assert 42e9 <= hbm.weights <= 46e9
+    assert hbm.capacity == HW.socket.hbm.capacity_bytes * HW.calibration.hbm_usable_fraction
+    assert hbm.used == hbm.weights + hbm.kv_cache + hbm.workspace
+    assert hbm.workspace > 0 and hbm.fits
+
+
+def test_max_batch_is_the_largest_power_of_two_that_fits():
+    rm = load_mapping(MAPPINGS / "r1_decode.yaml")
+    b, prog = max_batch(rm)
+    assert b & (b - 1) == 0
+    assert prog.workload.batch == b and prog.hbm.fits
+    assert not compile_mapping(rm, batch=2 * b).hbm.fits
+    # without SnapStream the full-length cache leaves room for fewer sequences
+    plain, _ = max_batch(load_mapping(MAPPINGS / "r1_decode.yaml", ["snapstream.enabled=false"]))
+    assert plain < b
+
+
+def test_max_batch_reports_when_nothing_fits():
+    rm = load_mapping(MAPPINGS / "r1_decode.yaml",
+                      ["seq_len=1048576", "snapstream.enabled=false"])
+    with pytest.raises(SpecError) as info:
+        max_batch(rm)
+    assert info.value.key == "batch" and "batch 1" in info.value.problem
+
+
+def test_prefill_keeps_the_compressed_prompt_cache(r1):
+    prog = compile_mapping(load_mapping(MAPPINGS / "r1_prefill.yaml", ["seq_len=16384"]))
+    # 61 layers of 4096 kept positions, spread over 16 sockets (no MTP layer in prefill)
+    assert prog.hbm.kv_cache == pytest.approx(61 * 4096 * 1152 / 16, rel=1e-12)
+    full = compile_mapping(load_mapping(MAPPINGS / "r1_prefill.yaml",
+                                        ["seq_len=16384", "snapstream.enabled=false"]))
+    assert full.hbm.kv_cache == pytest.approx(4 * prog.hbm.kv_cache, rel=1e-12)
+
+
+def test_hbm_plan_fits():
+    assert HBMPlan(10.0, 4.0, 3.0, 3.0).fits
+    assert not HBMPlan(10.0, 4.0, 3.0, 3.5).fits
+
+
+# --------------------------------------------------------------------------------------------
+# KV cache shares
+
+
+def layer_program(graph, kind, phase, wl, overrides=None):
+    spec = KernelSpec(name="k", ops=["*"], sharding=Sharding(tp=16),
+                      overrides={k: Sharding(**v) for k, v in (overrides or {}).items()})
+    kernels = build_kernels(graph, fuse(graph, [spec], kind), kind, wl, HW, phase, check=False)
+    return LayerProgram(kind, 1, graph, kernels)
+
+
+def test_kv_share_by_attention_split(r1, llama8b):
+    wl = workload_for("decode", 20, 8192, None)
+    g = deepseek.build_layer(r1, "moe", "decode")
+    # DP: a socket keeps its own sequences (uneven batches round up)
+    assert kv_share(layer_program(g, "moe", "decode", wl, {"attention": {"dp": 16}}), 16, wl) == 2 / 20
+    # MLA's latent is shared by all heads: head-split attention keeps the whole cache
+    assert kv_share(layer_program(g, "moe", "decode", wl), 16, wl) == 1.0
+    # GQA: head-split attention keeps its heads' share
+    gl = llama.build_layer(llama8b, "dense", "decode")
+    assert kv_share(layer_program(gl, "dense", "decode", wl), 16, wl) == 1 / 16
+
+
+def test_cache_bytes_count_the_cache_once(r1):
+    g = deepseek.build_layer(r1, "moe", "decode")
+    assert cache_bytes(g, Workload(1, 1, 1)) == 1152
+    assert cache_bytes(g, Workload(4, 1, 1000)) == 4 * 1000 * 1152
+
+
+# --------------------------------------------------------------------------------------------
+# SRAM
+
+
+def test_weight_buffers():
+    assert _weight_buffer(1e6, 1, 64) == 1e6  # small weights stay resident
+    big = 4 * RESIDENT_WEIGHT_BYTES
+    assert _weight_buffer(big, 256, 4) == 2 * big / 256  # one expert at a time, double-buffered
+    assert _weight_buffer(big, 1, 8) == 2 * big / 8  # tile-sized chunks
+
+
+def mha_kernel(r1, kv_block=None, tile_tokens=None):
+    g = deepseek.build_layer(r1, "moe", "prefill")
+    spec = KernelSpec(name="MHA", ops=["attention"], sharding=Sharding(tp=16),
+                      tiling=Tiling(kv_block=kv_block, tile_tokens=tile_tokens))
+    rest = [o for o in g.order() if o != "attention"]
+    cut = g.order().index("attention")
+    specs = [KernelSpec(name="A", ops=rest[:cut], sharding=Sharding(tp=16)), spec,
+             KernelSpec(name="B", ops=rest[cut:], sharding=Sharding(tp=16))]
+    wl = workload_for("prefill", 1, 32768, None)
+    return build_kernels(g, fuse(g, specs, "moe"), "moe", wl, HW, "prefill", check=False)[1]
+
+
+def test_kernel_sram_is_the_sum_of_its_ops(r1):
+    k = mha_kernel(r1, kv_block=8192)
+    assert k.sram_bytes == pytest.approx(sum(p.sram_bytes for p in k.ops))
+    assert k.sram_bytes <= HW.socket.sram_bytes
+    check_sram(k, "moe", 1, HW)  # fits: no error
+
+
+def test_larger_blocks_and_tiles_need_more_sram(r1):
+    small = mha_kernel(r1, kv_block=4096).sram_bytes
+    assert mha_kernel(r1, kv_block=8192).sram_bytes > small
+    assert mha_kernel(r1, kv_block=4096, tile_tokens=8192).sram_bytes > small
+
+
+def test_a_kernel_over_sram_is_located(r1):
+    k = mha_kernel(r1, kv_block=1_000_000)
+    assert k.sram_bytes > HW.socket.sram_bytes
+    with pytest.raises(SpecError) as info:
+        check_sram(k, "moe", 3, HW)
+    err = info.value
+    assert err.key == "kernels.moe[3].tiling" and err.path == ("kernels", "moe", 3, "tiling")
+    assert "MHA" in err.problem and "520 MB" in err.problem and "kv_block" in (err.fix or "")
+
+
+def test_pmus_cover_every_buffer(r1):
+    k = mha_kernel(r1, kv_block=8192)
+    for p in k.ops:
+        assert p.pmus == max(1, math.ceil(p.sram_bytes / HW.socket.pmu_bytes))

@@ -1,0 +1,62 @@
+"""`rdusim.serving.capacity.max_batch`: the largest power of two whose HBM plan fits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rdusim.calibration import with_calibration
+from rdusim.compiler.compile import compile_mapping
+from rdusim.errors import SpecError
+from rdusim.serving.capacity import max_batch
+from rdusim.spec.mapping import load_mapping
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "snapstream"), [(131072, False), (131072, True), (32768, False), (8192, True)]
+)
+def test_largest_power_of_two_that_fits(mappings_dir: Path, seq_len: int, snapstream: bool) -> None:
+    rm = load_mapping(
+        mappings_dir / "r1_decode.yaml",
+        [f"seq_len={seq_len}", f"snapstream.enabled={str(snapstream).lower()}"],
+    )
+    batch, program = max_batch(rm)
+    assert _power_of_two(batch)
+    assert program.workload.batch == batch
+    assert program.hbm.fits
+    assert program.hbm.used <= program.hbm.capacity
+    nxt = compile_mapping(rm, batch=2 * batch).hbm
+    assert not nxt.fits, f"batch {2 * batch} also fits ({nxt.used:.3g} <= {nxt.capacity:.3g})"
+
+
+def test_snapstream_multiplies_batch_by_compression(mappings_dir: Path) -> None:
+    path = mappings_dir / "r1_decode.yaml"
+    off, _ = max_batch(load_mapping(path, ["seq_len=65536", "snapstream.enabled=false"]))
+    on, _ = max_batch(load_mapping(path, ["seq_len=65536", "snapstream.enabled=true"]))
+    rm = load_mapping(path, ["seq_len=65536"])
+    assert rm.spec.snapstream is not None
+    assert on == off * rm.spec.snapstream.compression
+
+
+def test_more_usable_hbm_never_lowers_the_batch(mappings_dir: Path) -> None:
+    rm = load_mapping(mappings_dir / "r1_decode.yaml", ["seq_len=131072"])
+    batches = [
+        max_batch(replace(rm, hardware=with_calibration(rm.hardware, hbm_usable_fraction=f)))[0]
+        for f in (0.8, 0.9, 1.0)
+    ]
+    assert batches == sorted(batches)
+
+
+def test_not_even_batch_one_fits_is_a_user_error(mappings_dir: Path) -> None:
+    rm = load_mapping(mappings_dir / "r1_decode.yaml", ["seq_len=131072"])
+    tiny = replace(rm, hardware=with_calibration(rm.hardware, hbm_usable_fraction=0.1))
+    with pytest.raises(SpecError) as info:
+        max_batch(tiny)
+    assert info.value.key == "batch"
+    assert "not even batch 1 fits" in str(info.value)

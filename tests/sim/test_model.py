@@ -1,0 +1,172 @@
+"""Whole-program simulation: determinism and how layer and extra latencies add up.
+
+Layers of a kind are simulated once and counted, so the totals must be exactly the counted sums;
+a decode step runs the main model, the MTP module and the LM head once per model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rdusim.api import run_mapping
+from rdusim.sim.model import simulate
+
+MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
+REL = 1e-9
+
+
+@pytest.fixture(scope="module")
+def prefill():
+    return run_mapping(MAPPINGS / "r1_prefill.yaml", ["seq_len=8192"])
+
+
+@pytest.fixture(scope="module")
+def decode():
+    return run_mapping(MAPPINGS / "r1_decode.yaml", ["seq_len=8192", "batch=16"])
+
+
+def counted_total(report: dict) -> float:
+    layers = sum(r["count"] * r["latency_s"] for r in report["layers"].values())
+    extras = sum(r["runs"] * r["latency_s"] for r in report["extras"].values())
+    return layers + extras
+
+
+# ------------------------------------------------------------------ determinism
+
+
+@pytest.mark.parametrize(
+    ("mapping", "overrides"),
+    [("r1_prefill", ["seq_len=8192"]), ("r1_decode", ["seq_len=8192", "batch=16"])],
+)
+def test_report_is_deterministic(mapping, overrides):
+    a = run_mapping(MAPPINGS / f"{mapping}.yaml", overrides).report
+    b = run_mapping(MAPPINGS / f"{mapping}.yaml", overrides).report
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_cli_json_is_deterministic(run_cli):
+    args = [
+        "map",
+        MAPPINGS / "r1_decode.yaml",
+        "--set",
+        "seq_len=8192",
+        "--set",
+        "batch=16",
+        "--json",
+    ]
+    code1, out1, _ = run_cli(args)
+    code2, out2, _ = run_cli(args)
+    assert code1 == code2 == 0
+    assert out1 == out2
+    assert json.loads(out1)["batch"] == 16
+
+
+def test_simulate_is_deterministic(prefill):
+    hw = prefill.mapping.hardware
+    a = simulate(prefill.program, hw)
+    b = simulate(prefill.program, hw)
+    assert a.total_latency_s == b.total_latency_s
+    for kind in a.layers:
+        assert [k.latency_s for k in a.layers[kind].kernels] == [
+            k.latency_s for k in b.layers[kind].kernels
+        ]
+
+
+# ------------------------------------------------------------------ prefill totals
+
+
+def test_prefill_total_is_counted_sum(prefill):
+    result, report = prefill.result, prefill.report
+    assert result is not None
+    for kind, lr in result.layers.items():
+        assert lr.runs == lr.count == prefill.program.layers[kind].count
+        assert lr.latency_s == pytest.approx(sum(k.latency_s for k in lr.kernels), rel=REL)
+    assert all(lr.runs == 1 for lr in result.extras.values())
+    expected = sum(lr.count * lr.latency_s for lr in result.layers.values()) + sum(
+        lr.latency_s for lr in result.extras.values()
+    )
+    assert result.total_latency_s == pytest.approx(expected, rel=REL)
+    assert report["total_latency_s"] == pytest.approx(counted_total(report), rel=REL)
+    assert set(report["extras"]) == {"embedding", "head"}
+    assert sum(r["count"] for r in report["layers"].values()) == 61  # R1: 3 dense + 58 MoE
+
+
+def test_prefill_shares_sum_to_one(prefill):
+    for layer in prefill.report["layers"].values():
+        assert sum(k["share"] for k in layer["kernels"]) == pytest.approx(1.0, rel=REL)
+        assert sum(k["latency_s"] for k in layer["kernels"]) == pytest.approx(
+            layer["latency_s"], rel=REL
+        )
+
+
+def test_prefill_throughput_is_prompt_over_ttft(prefill):
+    r = prefill.report
+    assert r["throughput_tokens_per_s"] == pytest.approx(
+        r["batch"] * r["seq_len"] / r["total_latency_s"], rel=REL
+    )
+
+
+def test_traffic_is_counted(prefill):
+    result = prefill.result
+    assert result is not None
+    runs = [*result.layers.values(), *result.extras.values()]
+    hbm = sum(k.hbm_bytes * r.runs for r in runs for k in r.kernels)
+    p2p = sum(k.p2p_bytes * r.runs for r in runs for k in r.kernels)
+    assert result.traffic("hbm") == pytest.approx(hbm, rel=REL)
+    assert result.traffic("p2p") == pytest.approx(p2p, rel=REL)
+    assert prefill.report["traffic_bytes"] == {
+        "hbm": result.traffic("hbm"),
+        "p2p": result.traffic("p2p"),
+    }
+
+
+# ------------------------------------------------------------------ decode step
+
+
+def test_decode_step_includes_mtp(decode):
+    result, report = decode.result, decode.report
+    assert result is not None
+    assert {"mtp0", "mtp1"} <= set(result.extras)
+    n_mtp = sum(1 for name in result.extras if name.startswith("mtp")) // 2
+    assert n_mtp == 1
+    assert result.extras["head"].runs == 1 + n_mtp == 2  # main model + the MTP module
+    assert report["extras"]["head"]["runs"] == 2
+    for name in ("embedding", "mtp0", "mtp1"):
+        assert result.extras[name].runs == 1
+    # the MTP module's transformer block is mapped like a MoE layer
+    assert [k.name for k in result.extras["mtp1"].kernels] == [
+        k.name for k in result.layers["moe"].kernels
+    ]
+    step = (
+        sum(lr.count * lr.latency_s for lr in result.layers.values())
+        + result.extras["embedding"].latency_s
+        + 2 * result.extras["head"].latency_s
+        + result.extras["mtp0"].latency_s
+        + result.extras["mtp1"].latency_s
+    )
+    assert result.total_latency_s == pytest.approx(step, rel=REL)
+    assert report["total_latency_s"] == pytest.approx(counted_total(report), rel=REL)
+
+
+def test_decode_step_longer_than_main_model(decode):
+    result = decode.result
+    assert result is not None
+    main = sum(lr.count * lr.latency_s for lr in result.layers.values())
+    assert result.total_latency_s > main + result.extras["mtp1"].latency_s
+
+
+def test_decode_throughput(decode):
+    r = decode.report
+    assert r["phase"] == "decode" and r["batch"] == 16
+    assert r["throughput_tokens_per_s"] == pytest.approx(
+        r["batch"] * r["tokens_per_step"] / r["total_latency_s"], rel=REL
+    )
+    assert r["max_batch_size"] >= r["batch"]
+
+
+def test_decode_layers_are_two_kernels(decode):
+    for layer in decode.report["layers"].values():
+        assert [k["name"] for k in layer["kernels"]] == ["MLA", "FFN"]

@@ -1,0 +1,317 @@
+"""Mapping specs: the shipped files, sharding and SnapStream fields, `--set` overrides, and
+located errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from rdusim.errors import SpecError
+from rdusim.spec.mapping import (
+    KernelSpec,
+    MappingSpec,
+    Sharding,
+    apply_overrides,
+    load_mapping,
+    snapstream_sizes,
+)
+
+MAPPING_NAMES = ("r1_prefill", "r1_decode", "llama31_8b_prefill", "llama31_8b_decode")
+
+
+def spec(**fields) -> MappingSpec:
+    data = {"model": "m.yaml", "phase": "prefill", "seq_len": 131072, **fields}
+    return MappingSpec.model_validate(data)
+
+
+@pytest.fixture
+def r1_mapping(tmp_path, mappings_dir, models_dir):
+    """Write r1_prefill.yaml into tmp_path, edited; the model is given by absolute path."""
+
+    def write(*edits: tuple[str, str], name: str = "mapping.yaml") -> tuple[Path, str]:
+        text = (mappings_dir / "r1_prefill.yaml").read_text(encoding="utf-8")
+        text = text.replace("../models/deepseek-r1.yaml", str(models_dir / "deepseek-r1.yaml"))
+        for old, new in edits:
+            assert old in text, old
+            text = text.replace(old, new, 1)
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path, text
+
+    return write
+
+
+def line_with(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+# --------------------------------------------------------------------------------------------
+# the shipped mappings
+
+
+@pytest.mark.parametrize("name", MAPPING_NAMES)
+def test_shipped_mappings_load(mappings_dir, name):
+    rm = load_mapping(mappings_dir / f"{name}.yaml")
+    assert rm.spec.name == name
+    assert rm.hardware.sockets == 16
+    assert rm.spec.phase == ("prefill" if "prefill" in name else "decode")
+    assert isinstance(rm.spec.kernels, dict)
+    assert rm.source.file == str(mappings_dir / f"{name}.yaml")
+
+
+def test_r1_prefill_fields(mappings_dir):
+    rm = load_mapping(mappings_dir / "r1_prefill.yaml")
+    s = rm.spec
+    assert (s.batch, s.seq_len, s.hardware) == (1, 131072, "sn40l-16")
+    assert rm.model.name == "deepseek-r1"
+    names = [k.name for k in s.kernels["moe"]]
+    assert names == ["QKV", "Streaming Ring Buffer", "SnapKV Compression", "MHA", "Output Proj",
+                     "Router", "MoE FFN"]
+    mha = s.kernels["moe"][3]
+    assert mha.tiling.kv_block == 8192 and mha.sharding.tp == 16
+
+
+def test_r1_decode_fields(mappings_dir):
+    s = load_mapping(mappings_dir / "r1_decode.yaml").spec
+    assert s.batch == "max" and s.tokens_per_step == 2.4
+    mla = s.kernels["moe"][0]
+    assert mla.overrides["attention"] == Sharding(dp=16)
+
+
+# --------------------------------------------------------------------------------------------
+# sharding and kernels
+
+
+@pytest.mark.parametrize(
+    ("fields", "strategy", "degree"),
+    [({}, "replicate", 1), ({"tp": 1}, "replicate", 1), ({"tp": 16}, "tp", 16),
+     ({"dp": 8}, "dp", 8), ({"ep": 4}, "ep", 4)],
+)
+def test_sharding_strategy_and_degree(fields, strategy, degree):
+    sh = Sharding(**fields)
+    assert (sh.strategy, sh.degree) == (strategy, degree)
+
+
+def test_sharding_takes_one_strategy():
+    with pytest.raises(ValidationError, match="tp and dp"):
+        Sharding(tp=16, dp=16)
+    with pytest.raises(ValidationError):
+        Sharding(tp=0)
+    with pytest.raises(ValidationError):
+        Sharding(tp=True)  # a boolean is not a degree
+    with pytest.raises(ValidationError):
+        Sharding(pp=2)
+
+
+def test_kernel_needs_a_name_and_ops():
+    with pytest.raises(ValidationError):
+        KernelSpec(name="k", ops=[])
+    with pytest.raises(ValidationError):
+        KernelSpec(name="", ops=["x"])
+    k = KernelSpec.model_validate({"name": "k", "ops": ["x"], "tiling": {"kv_block": 8192}})
+    assert k.sharding == Sharding() and k.overrides == {}
+    with pytest.raises(ValidationError):
+        KernelSpec.model_validate({"name": "k", "ops": ["x"], "tiling": {"block": 8192}})
+
+
+def test_defaults():
+    s = spec()
+    assert (s.batch, s.hardware, s.tokens_per_step, s.kernels) == (1, "sn40l-16", 1.0, "auto")
+    assert not s.snapstream.enabled and snapstream_sizes(s) is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "lots", 2.5])
+def test_batch_errors_name_only_batch(bad):
+    with pytest.raises(ValidationError) as info:
+        spec(batch=bad)
+    (err,) = info.value.errors()
+    assert err["loc"] == ("batch",)
+
+
+def test_batch_max_and_numbers():
+    assert spec(batch="max").batch == "max"
+    assert spec(batch=64).batch == 64
+
+
+# --------------------------------------------------------------------------------------------
+# SnapStream sizes
+
+
+def test_snapstream_defaults_split_the_budget():
+    ss = snapstream_sizes(spec(snapstream={"enabled": True, "sink": 128}))
+    assert ss is not None
+    assert ss.slots == 131072 // 4
+    assert (ss.sink, ss.recent, ss.topk) == (128, (32768 - 128) // 2, 32768 - 128 - 16320)
+    assert (ss.obs_window, ss.pool_kernel) == (128, 7)
+
+
+def test_snapstream_explicit_sizes():
+    ss = snapstream_sizes(spec(snapstream={"enabled": True, "kv_len": 8192, "sink": 128,
+                                           "recent": 4096, "obs_window": 64}))
+    assert ss is not None
+    assert (ss.slots, ss.recent, ss.topk, ss.obs_window) == (8192, 4096, 8192 - 128 - 4096, 64)
+    ss = snapstream_sizes(spec(seq_len=65536, snapstream={"enabled": True, "compression": 8}))
+    assert ss is not None and ss.slots == 8192
+
+
+@settings(max_examples=50, deadline=None)
+@given(seq_len=st.integers(256, 1 << 20), compression=st.floats(1.0, 64.0),
+       sink=st.integers(0, 64))
+def test_snapstream_regions_fill_the_cache(seq_len, compression, sink):
+    s = spec(seq_len=seq_len, snapstream={"enabled": True, "compression": compression,
+                                          "sink": sink, "obs_window": 16})
+    kv_len = max(1, int(seq_len // compression))
+    if kv_len - sink < 1:
+        with pytest.raises(SpecError):
+            snapstream_sizes(s)
+        return
+    ss = snapstream_sizes(s)
+    assert ss is not None
+    assert ss.sink + ss.recent + ss.topk == ss.slots == kv_len <= seq_len
+
+
+@pytest.mark.parametrize(
+    ("snap", "seq_len", "key"),
+    [
+        ({"kv_len": 200000}, 131072, "snapstream.kv_len"),
+        ({"kv_len": 100, "sink": 100}, 131072, "snapstream.sink"),
+        ({"recent": 5, "topk": 5}, 131072, "snapstream"),
+        ({"obs_window": 8192}, 4096, "snapstream.obs_window"),
+        ({"pool_kernel": 4}, 131072, "snapstream.pool_kernel"),
+    ],
+)
+def test_snapstream_size_errors(snap, seq_len, key):
+    s = spec(seq_len=seq_len, snapstream={"enabled": True, **snap})
+    with pytest.raises(SpecError) as info:
+        snapstream_sizes(s, "m.yaml")
+    err = info.value
+    assert err.key == key and err.file == "m.yaml" and err.fix
+    assert err.path is not None and ".".join(map(str, err.path)) == key
+
+
+def test_snapstream_field_errors():
+    with pytest.raises(ValidationError):
+        spec(snapstream={"enabled": True, "sink": -1})
+    with pytest.raises(ValidationError):
+        spec(snapstream={"enabled": True, "compression": 0.5})
+    with pytest.raises(ValidationError):
+        spec(snapstream={"enabled": True, "window": 4})
+
+
+# --------------------------------------------------------------------------------------------
+# --set overrides
+
+
+def test_overrides_parse_yaml_values():
+    data = {"seq_len": 131072, "snapstream": {"enabled": True}}
+    out = apply_overrides(data, ["seq_len=65536", "snapstream.enabled=false", "batch=max",
+                                 "tokens_per_step=2.4", "snapstream.kv_len=8192"], "m.yaml")
+    assert out == {"seq_len": 65536, "batch": "max", "tokens_per_step": 2.4,
+                   "snapstream": {"enabled": False, "kv_len": 8192}}
+
+
+def test_overrides_create_missing_sections():
+    assert apply_overrides({}, ["snapstream.enabled=true"], "m.yaml") == {
+        "snapstream": {"enabled": True}}
+
+
+@pytest.mark.parametrize("item", ["foo.bar=1", "foo=1", "seq_len.x=1", "snapstream.nope=1",
+                                  "kernels.moe=1"])
+def test_unknown_override_paths(item):
+    with pytest.raises(SpecError) as info:
+        apply_overrides({}, [item], "m.yaml")
+    err = info.value
+    assert err.key == f"--set {item.split('=')[0]}" and err.file == "m.yaml"
+    assert "seq_len" in (err.fix or "")
+
+
+def test_override_without_a_value():
+    with pytest.raises(SpecError) as info:
+        apply_overrides({}, ["seq_len"], "m.yaml")
+    assert info.value.key == "--set" and info.value.file == "m.yaml"
+
+
+def test_load_mapping_applies_overrides(mappings_dir):
+    rm = load_mapping(mappings_dir / "r1_prefill.yaml",
+                      ["seq_len=65536", "snapstream.enabled=false", "batch=2"])
+    assert (rm.spec.seq_len, rm.spec.snapstream.enabled, rm.spec.batch) == (65536, False, 2)
+
+
+def test_an_overridden_value_is_validated(mappings_dir):
+    with pytest.raises(SpecError) as info:
+        load_mapping(mappings_dir / "r1_prefill.yaml", ["seq_len=lots"])
+    assert info.value.key == "seq_len"
+
+
+# --------------------------------------------------------------------------------------------
+# load_mapping: paths and located errors
+
+
+def test_model_path_is_relative_to_the_mapping(tmp_path, mappings_dir, models_dir):
+    sub = tmp_path / "maps"
+    sub.mkdir()
+    text = (mappings_dir / "llama31_8b_prefill.yaml").read_text(encoding="utf-8")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "l8.yaml").write_text(
+        (models_dir / "llama-3.1-8b.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (sub / "m.yaml").write_text(text.replace("../models/llama-3.1-8b.yaml", "../models/l8.yaml"),
+                                encoding="utf-8")
+    assert load_mapping(sub / "m.yaml").model.name == "llama-3.1-8b"
+
+
+def test_missing_model_file(r1_mapping):
+    path, text = r1_mapping(("model: /", "model: /nowhere/"))
+    with pytest.raises(SpecError) as info:
+        load_mapping(path)
+    err = info.value
+    assert (err.file, err.key, err.line) == (str(path), "model", line_with(text, "model:"))
+
+
+def test_unknown_hardware(r1_mapping):
+    path, text = r1_mapping(("hardware: sn40l-16", "hardware: sn99"))
+    with pytest.raises(SpecError) as info:
+        load_mapping(path)
+    err = info.value
+    assert (err.file, err.key, err.line) == (str(path), "hardware", line_with(text, "hardware:"))
+    assert "sn40l-16" in (err.fix or "")
+
+
+def test_wrong_type_is_located(r1_mapping):
+    path, text = r1_mapping(("seq_len: 131072", "seq_len: lots"))
+    with pytest.raises(SpecError) as info:
+        load_mapping(path)
+    err = info.value
+    assert (err.key, err.line) == ("seq_len", line_with(text, "seq_len:"))
+    assert "lots" in err.problem
+
+
+def test_batch_zero_is_one_located_error(r1_mapping):
+    path, text = r1_mapping(("batch: 1", "batch: 0"))
+    with pytest.raises(SpecError) as info:  # a single error, not one per branch of int | "max"
+        load_mapping(path)
+    err = info.value
+    assert (err.key, err.line) == ("batch", line_with(text, "batch:"))
+    assert err.fix == "use a positive value"
+
+
+def test_unknown_kernel_field_is_located(r1_mapping):
+    path, text = r1_mapping(("tiling: {kv_block: 8192}", "tilling: {kv_block: 8192}"))
+    with pytest.raises(SpecError) as info:
+        load_mapping(path)
+    err = info.value
+    assert err.key == "kernels.moe[3].tilling"
+    assert err.line == line_with(text, "tilling")
+
+
+def test_two_strategies_on_one_kernel(r1_mapping):
+    path, text = r1_mapping(("      ops: [attention]\n      sharding: {tp: 16}",
+                             "      ops: [attention]\n      sharding: {tp: 16, dp: 16}"))
+    with pytest.raises(SpecError) as info:
+        load_mapping(path)
+    err = info.value
+    assert err.key == "kernels.moe[3].sharding" and "tp and dp" in err.problem
+    assert err.line == line_with(text, "{tp: 16, dp: 16}")
