@@ -68,14 +68,14 @@ def _hardware(name_or_path: str | None) -> Hardware | None:
     return load_hardware(name_or_path) if name_or_path else None
 
 
-def _hardware_name(hw: Hardware | None) -> str:
-    """The hardware the comparison ran on (the mappings' own when none was given)."""
+def _shown_hardware(hw: Hardware | None) -> Hardware:
+    """The hardware a comparison ran on: `hw`, or the one the paper's mappings name."""
     if hw is not None:
-        return hw.name
+        return hw
     from rdusim.serving.reproduce import mappings_dir
     from rdusim.spec.mapping import load_mapping
 
-    return load_mapping(mappings_dir() / "r1_prefill.yaml").hardware.name
+    return load_mapping(mappings_dir() / "r1_prefill.yaml").hardware
 
 
 def _comparison_cells(which: str, hw: Hardware | None) -> dict[str, list[Cell]]:
@@ -91,7 +91,7 @@ def _comparison_cells(which: str, hw: Hardware | None) -> dict[str, list[Cell]]:
 
 
 def _comparison_title(hw: Hardware | None) -> str:
-    return f"SnapStream paper vs rdusim (hardware: {_hardware_name(hw)})"
+    return f"SnapStream paper vs rdusim (hardware: {_shown_hardware(hw).name})"
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
@@ -103,9 +103,12 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     hw = _hardware(args.hardware)
     by_table = _comparison_cells(args.which, hw)
     pub = published()
-    meta = {"source": pub["source"], "hardware": _hardware_name(hw)}
-    if hw is not None:
-        meta["calibration"] = hw.calibration.model_dump()
+    shown = _shown_hardware(hw)
+    meta = {
+        "source": pub["source"],
+        "hardware": shown.name,
+        "calibration": shown.calibration.model_dump(),
+    }
     files: dict[Path, str | bytes] = {}
     for name, cells in by_table.items():
         if name == "table4":
@@ -166,6 +169,19 @@ def _hardware_source(name_or_path: str) -> Path:
     from rdusim.spec.hardware import PRESETS, preset_path
 
     return preset_path(name_or_path) if name_or_path in PRESETS else Path(name_or_path)
+
+
+def _check_hardware_text(text: str, target: Path) -> None:
+    """Load `text` as a hardware spec (from a scratch file beside `target`) before writing it."""
+    from rdusim.spec.hardware import load_hardware
+
+    scratch = target.with_name(f".{target.stem}.check.yaml")
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        scratch.write_text(text, encoding="utf-8")
+        load_hardware(scratch)
+    finally:
+        scratch.unlink(missing_ok=True)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -231,8 +247,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                 fix="write from a YAML hardware file with a "
                 "calibration: section of `  key: value` lines",
             ) from None
+        _check_hardware_text(new_text, target)
         write_files({target: new_text})
-        load_hardware(target)  # the written file must load as it is
         print(f"\nwrote {target} (a copy of {source} with the new calibration values)")
     return 0
 

@@ -98,3 +98,20 @@ def render_map_report(r: dict[str, Any]) -> str:
         "for which published figures the calibration was fitted on)"
     )
     return "\n".join(lines)
+
+
+def render_op_timing(r: dict[str, Any]) -> str:
+    """Per-op busy and stall time, PCUs and what bounds each stage, kernel by kernel."""
+    lines = []
+    for kind, layer in r["layers"].items():
+        for k in layer["kernels"]:
+            if not k["op_timing"]:
+                continue
+            lines.append(f"{kind} / {k['name']}: {seconds(k['latency_s'])}, bottleneck {k['bottleneck']}")
+            rows = [
+                [o["op"], o["pcus"], seconds(o["busy_s"]), seconds(o["hbm_s"]), seconds(o["stall_s"]), o["bound"]]
+                for o in k["op_timing"]
+            ]
+            lines.append(table(["op", "PCUs", "busy", "HBM", "stall", "bound"], rows, "<>>>><"))
+            lines.append("")
+    return "\n".join(lines)

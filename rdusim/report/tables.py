@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,8 @@ def _deviation(c: Cell) -> str:
         return f"{d:+,.0f}{rel}"
     if c.unit == "seqs":
         return f"{d:+g}"
+    if c.unit == "x":
+        return f"{d:+.2f}"
     return f"{d:+.3g}"
 
 
@@ -72,6 +75,8 @@ def _tolerance(c: Cell) -> str:
     if c.unit == "tokens/s":
         rel = f" ({100 * c.tolerance / c.published:.0f}%)" if c.published else ""
         return f"±{c.tolerance:,.0f}{rel}"
+    if c.unit == "x":
+        return f"±{c.tolerance:.2f}"
     return f"±{c.tolerance:g}"
 
 
@@ -124,7 +129,12 @@ def render_comparison(cells: Sequence[Cell], title: str = "") -> str:
         f"({n_fit} fitted, {len(cells) - n_fit} predicted)"
     )
     if failed:
-        summary += "; outside: " + ", ".join(f"{c.table} {c.item}" for c in failed)
+        summary += "; outside:\n" + textwrap.fill(
+            ", ".join(f"{c.table} {c.item}" for c in failed),
+            width=96,
+            initial_indent="  ",
+            subsequent_indent="  ",
+        )
     parts = [title, ""] if title else []
     return "\n".join([*parts, body, "", summary])
 

@@ -21,9 +21,20 @@ CLASSES = ("systolic", "attention", "simd", "memory")
 
 
 def plan(name: str, flops: float, cost_class: str = "systolic", sram: float = 1e6) -> OpPlan:
-    return OpPlan(name=name, kind="gemm", cost_class=cost_class, strategy="tp", degree=16,
-                  flops=flops, hbm_read=0.0, hbm_write=0.0, weight_bytes=0.0, stream_in=0.0,
-                  stream_out=0.0, sram_bytes=sram)
+    return OpPlan(
+        name=name,
+        kind="gemm",
+        cost_class=cost_class,
+        strategy="tp",
+        degree=16,
+        flops=flops,
+        hbm_read=0.0,
+        hbm_write=0.0,
+        weight_bytes=0.0,
+        stream_in=0.0,
+        stream_out=0.0,
+        sram_bytes=sram,
+    )
 
 
 def test_efficiency_by_cost_class():
@@ -35,8 +46,9 @@ def test_efficiency_by_cost_class():
 
 
 def test_pcus_follow_work():
-    k = Kernel("k", [plan("a", 3e9), plan("b", 1e9), plan("gather", 0.0, "memory"),
-                     plan("idle", 0.0)])
+    k = Kernel(
+        "k", [plan("a", 3e9), plan("b", 1e9), plan("gather", 0.0, "memory"), plan("idle", 0.0)]
+    )
     allocate(k, HW)
     pcus = {p.name: p.pcus for p in k.ops}
     assert k.pcus == HW.socket.pcus
@@ -60,8 +72,13 @@ def test_a_memory_only_kernel_gets_no_pcus_but_pmus():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.0, 1e12), st.sampled_from(CLASSES), st.floats(0.0, 2e7)),
-                min_size=1, max_size=40))
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 1e12), st.sampled_from(CLASSES), st.floats(0.0, 2e7)),
+        min_size=1,
+        max_size=40,
+    )
+)
 def test_allocation_invariants(ops):
     k = Kernel("k", [plan(f"op{i}", f, c, s) for i, (f, c, s) in enumerate(ops)])
     allocate(k, HW)
@@ -72,8 +89,10 @@ def test_allocation_invariants(ops):
     assert k.pcus == (HW.socket.pcus if compute else 0)
 
 
-@pytest.mark.parametrize("mapping", ["r1_prefill.yaml", "r1_decode.yaml",
-                                     "llama31_8b_prefill.yaml", "llama31_8b_decode.yaml"])
+@pytest.mark.parametrize(
+    "mapping",
+    ["r1_prefill.yaml", "r1_decode.yaml", "llama31_8b_prefill.yaml", "llama31_8b_decode.yaml"],
+)
 def test_shipped_mappings_stay_within_the_socket(mapping):
     rm = load_mapping(MAPPINGS / mapping, ["seq_len=16384", "batch=16"])
     prog = compile_mapping(rm)

@@ -83,8 +83,16 @@ def test_kernels_close_at_the_sram_budget(r1):
 def test_auto_mappings_compile(auto_mappings, run_cli, name):
     import json
 
-    code, out, err = run_cli(["map", auto_mappings[name], "--json", "--set", "seq_len=16384",
-                              *(["--set", "batch=16"] if "decode" in name else [])])
+    code, out, err = run_cli(
+        [
+            "map",
+            auto_mappings[name],
+            "--json",
+            "--set",
+            "seq_len=16384",
+            *(["--set", "batch=16"] if "decode" in name else []),
+        ]
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["total_latency_s"] > 0
@@ -104,8 +112,10 @@ def test_auto_mappings_compile(auto_mappings, run_cli, name):
 def test_auto_kernels_fit_the_socket(auto_mappings, name, seq_len, batch, snapstream):
     if "prefill" in name:
         batch = 1
-    rm = load_mapping(auto_mappings[name], [f"seq_len={seq_len}", f"batch={batch}",
-                                            f"snapstream.enabled={str(snapstream).lower()}"])
+    rm = load_mapping(
+        auto_mappings[name],
+        [f"seq_len={seq_len}", f"batch={batch}", f"snapstream.enabled={str(snapstream).lower()}"],
+    )
     prog = compile_mapping(rm)
     for lp in prog.all_layers():
         for k in lp.kernels:

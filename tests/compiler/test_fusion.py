@@ -63,16 +63,18 @@ def test_paper_kernels_place_every_op_once_in_graph_order(moe):
 
 def test_a_pattern_may_repeat_an_op_of_its_own_kernel(moe):
     kernels = paper_kernels()
-    kernels[0] = K("QKV", "attn_norm", "q_*", "q_a_proj", "kv_a_*", "rope_*", "kv_cache_write",
-                   "kv_b_proj")
+    kernels[0] = K(
+        "QKV", "attn_norm", "q_*", "q_a_proj", "kv_a_*", "rope_*", "kv_cache_write", "kv_b_proj"
+    )
     fused = fuse(moe, kernels, "moe")
     assert fused[0].ops.count("q_a_proj") == 1
 
 
 def test_unknown_op_names_its_key_path(moe):
     kernels = paper_kernels()
-    kernels[0] = K("QKV", "attn_norm", "q_bogus", "q_*", "kv_a_*", "rope_*", "kv_cache_write",
-                   "kv_b_proj")
+    kernels[0] = K(
+        "QKV", "attn_norm", "q_bogus", "q_*", "kv_a_*", "rope_*", "kv_cache_write", "kv_b_proj"
+    )
     with pytest.raises(SpecError) as info:
         fuse(moe, kernels, "moe")
     err = info.value

@@ -69,8 +69,7 @@ def test_max_batch_is_the_largest_power_of_two_that_fits():
 
 
 def test_max_batch_reports_when_nothing_fits():
-    rm = load_mapping(MAPPINGS / "r1_decode.yaml",
-                      ["seq_len=1048576", "snapstream.enabled=false"])
+    rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["seq_len=1048576", "snapstream.enabled=false"])
     with pytest.raises(SpecError) as info:
         max_batch(rm)
     assert info.value.key == "batch" and "batch 1" in info.value.problem
@@ -80,8 +79,9 @@ def test_prefill_keeps_the_compressed_prompt_cache(r1):
     prog = compile_mapping(load_mapping(MAPPINGS / "r1_prefill.yaml", ["seq_len=16384"]))
     # 61 layers of 4096 kept positions, spread over 16 sockets (no MTP layer in prefill)
     assert prog.hbm.kv_cache == pytest.approx(61 * 4096 * 1152 / 16, rel=1e-12)
-    full = compile_mapping(load_mapping(MAPPINGS / "r1_prefill.yaml",
-                                        ["seq_len=16384", "snapstream.enabled=false"]))
+    full = compile_mapping(
+        load_mapping(MAPPINGS / "r1_prefill.yaml", ["seq_len=16384", "snapstream.enabled=false"])
+    )
     assert full.hbm.kv_cache == pytest.approx(4 * prog.hbm.kv_cache, rel=1e-12)
 
 
@@ -95,8 +95,12 @@ def test_hbm_plan_fits():
 
 
 def layer_program(graph, kind, phase, wl, overrides=None):
-    spec = KernelSpec(name="k", ops=["*"], sharding=Sharding(tp=16),
-                      overrides={k: Sharding(**v) for k, v in (overrides or {}).items()})
+    spec = KernelSpec(
+        name="k",
+        ops=["*"],
+        sharding=Sharding(tp=16),
+        overrides={k: Sharding(**v) for k, v in (overrides or {}).items()},
+    )
     kernels = build_kernels(graph, fuse(graph, [spec], kind), kind, wl, HW, phase, check=False)
     return LayerProgram(kind, 1, graph, kernels)
 
@@ -105,7 +109,9 @@ def test_kv_share_by_attention_split(r1, llama8b):
     wl = workload_for("decode", 20, 8192, None)
     g = deepseek.build_layer(r1, "moe", "decode")
     # DP: a socket keeps its own sequences (uneven batches round up)
-    assert kv_share(layer_program(g, "moe", "decode", wl, {"attention": {"dp": 16}}), 16, wl) == 2 / 20
+    assert (
+        kv_share(layer_program(g, "moe", "decode", wl, {"attention": {"dp": 16}}), 16, wl) == 2 / 20
+    )
     # MLA's latent is shared by all heads: head-split attention keeps the whole cache
     assert kv_share(layer_program(g, "moe", "decode", wl), 16, wl) == 1.0
     # GQA: head-split attention keeps its heads' share
@@ -132,12 +138,19 @@ def test_weight_buffers():
 
 def mha_kernel(r1, kv_block=None, tile_tokens=None):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    spec = KernelSpec(name="MHA", ops=["attention"], sharding=Sharding(tp=16),
-                      tiling=Tiling(kv_block=kv_block, tile_tokens=tile_tokens))
+    spec = KernelSpec(
+        name="MHA",
+        ops=["attention"],
+        sharding=Sharding(tp=16),
+        tiling=Tiling(kv_block=kv_block, tile_tokens=tile_tokens),
+    )
     rest = [o for o in g.order() if o != "attention"]
     cut = g.order().index("attention")
-    specs = [KernelSpec(name="A", ops=rest[:cut], sharding=Sharding(tp=16)), spec,
-             KernelSpec(name="B", ops=rest[cut:], sharding=Sharding(tp=16))]
+    specs = [
+        KernelSpec(name="A", ops=rest[:cut], sharding=Sharding(tp=16)),
+        spec,
+        KernelSpec(name="B", ops=rest[cut:], sharding=Sharding(tp=16)),
+    ]
     wl = workload_for("prefill", 1, 32768, None)
     return build_kernels(g, fuse(g, specs, "moe"), "moe", wl, HW, "prefill", check=False)[1]
 

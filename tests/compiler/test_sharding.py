@@ -55,8 +55,12 @@ def test_unknown_collective():
 
 def one_kernel(graph, kind, sharding=None, overrides=None):
     sharding = {"tp": 16} if sharding is None else sharding
-    spec = KernelSpec(name="all", ops=["*"], sharding=Sharding(**sharding),
-                      overrides={k: Sharding(**v) for k, v in (overrides or {}).items()})
+    spec = KernelSpec(
+        name="all",
+        ops=["*"],
+        sharding=Sharding(**sharding),
+        overrides={k: Sharding(**v) for k, v in (overrides or {}).items()},
+    )
     return fuse(graph, [spec], kind)
 
 
@@ -72,7 +76,9 @@ def test_row_parallel_o_proj_then_token_op_prefill_reduce_scatters(r1):
     assert layer.layouts[out] == "P"
     (c,) = collectives_of(layer, out)
     assert (c.kind, c.src, c.dst) == ("reduce-scatter", "o_proj", "attn_residual")
-    assert (c.bytes, c.steps) == collective_cost("reduce-scatter", g.tensors[out].nbytes(wl.env()), 16)
+    assert (c.bytes, c.steps) == collective_cost(
+        "reduce-scatter", g.tensors[out].nbytes(wl.env()), 16
+    )
     # sequence parallel: the residual stream is split by tokens
     assert layer.ops["attn_residual"].out_layout == "T"
 
@@ -126,8 +132,14 @@ def test_a_collective_runs_in_its_producers_kernel(r1):
     g = deepseek.build_layer(r1, "dense", "decode")
     order = g.order()
     cut = order.index("attn_residual")
-    fused = fuse(g, [KernelSpec(name="A", ops=order[:cut], sharding=Sharding(tp=16)),
-                     KernelSpec(name="B", ops=order[cut:], sharding=Sharding(tp=16))], "dense")
+    fused = fuse(
+        g,
+        [
+            KernelSpec(name="A", ops=order[:cut], sharding=Sharding(tp=16)),
+            KernelSpec(name="B", ops=order[cut:], sharding=Sharding(tp=16)),
+        ],
+        "dense",
+    )
     a, b = build_kernels(g, fused, "dense", workload_for("decode", 16, 8192, None), HW, "decode")
     assert ("all-reduce", "o_proj") in [(c.kind, c.src) for c in a.collectives]
     assert all(c.src != "o_proj" for c in b.collectives)
@@ -162,8 +174,9 @@ def test_dp_attention_splits_the_batch_rounding_up(r1):
     g = deepseek.build_layer(r1, "moe", "decode")
     for batch, per_socket in ((32, 2), (20, 2), (8, 1)):
         wl = workload_for("decode", batch, 8192, None)
-        layer = shard(g, one_kernel(g, "moe", overrides={"attention": {"dp": 16}}), "moe", wl,
-                      16, {})
+        layer = shard(
+            g, one_kernel(g, "moe", overrides={"attention": {"dp": 16}}), "moe", wl, 16, {}
+        )
         p = layer.ops["attention"]
         assert (p.strategy, p.degree, p.out_layout) == ("dp", 16, "T")
         assert p.flops == pytest.approx(p.full_flops * per_socket / batch)
@@ -183,8 +196,12 @@ def test_ep_splits_routed_experts(r1):
 
 def test_overrides_first_matching_pattern_wins(r1):
     g = deepseek.build_layer(r1, "moe", "decode")
-    spec = KernelSpec(name="k", ops=["*"], sharding=Sharding(tp=16),
-                      overrides={"attention": Sharding(dp=16), "att*": Sharding(tp=8)})
+    spec = KernelSpec(
+        name="k",
+        ops=["*"],
+        sharding=Sharding(tp=16),
+        overrides={"attention": Sharding(dp=16), "att*": Sharding(tp=8)},
+    )
     (fk,) = fuse(g, [spec], "moe")
     assert resolve_sharding(fk, "attention", "moe").strategy == "dp"
     sh = resolve_sharding(fk, "o_proj", "moe")
@@ -203,8 +220,9 @@ def shard_error(graph, kind, wl, sharding=None, overrides=None, sockets=16) -> S
 
 def test_tp_that_does_not_divide_the_heads(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    err = shard_error(g, "moe", workload_for("prefill", 1, 4096, None),
-                      overrides={"attention": {"tp": 7}})
+    err = shard_error(
+        g, "moe", workload_for("prefill", 1, 4096, None), overrides={"attention": {"tp": 7}}
+    )
     assert "7" in err.problem and "heads" in err.problem and "128" in err.problem
     assert err.key == "kernels.moe[0].overrides.attention.tp"
     assert err.fix

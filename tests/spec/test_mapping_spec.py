@@ -69,8 +69,15 @@ def test_r1_prefill_fields(mappings_dir):
     assert (s.batch, s.seq_len, s.hardware) == (1, 131072, "sn40l-16")
     assert rm.model.name == "deepseek-r1"
     names = [k.name for k in s.kernels["moe"]]
-    assert names == ["QKV", "Streaming Ring Buffer", "SnapKV Compression", "MHA", "Output Proj",
-                     "Router", "MoE FFN"]
+    assert names == [
+        "QKV",
+        "Streaming Ring Buffer",
+        "SnapKV Compression",
+        "MHA",
+        "Output Proj",
+        "Router",
+        "MoE FFN",
+    ]
     mha = s.kernels["moe"][3]
     assert mha.tiling.kv_block == 8192 and mha.sharding.tp == 16
 
@@ -88,8 +95,13 @@ def test_r1_decode_fields(mappings_dir):
 
 @pytest.mark.parametrize(
     ("fields", "strategy", "degree"),
-    [({}, "replicate", 1), ({"tp": 1}, "replicate", 1), ({"tp": 16}, "tp", 16),
-     ({"dp": 8}, "dp", 8), ({"ep": 4}, "ep", 4)],
+    [
+        ({}, "replicate", 1),
+        ({"tp": 1}, "replicate", 1),
+        ({"tp": 16}, "tp", 16),
+        ({"dp": 8}, "dp", 8),
+        ({"ep": 4}, "ep", 4),
+    ],
 )
 def test_sharding_strategy_and_degree(fields, strategy, degree):
     sh = Sharding(**fields)
@@ -150,8 +162,17 @@ def test_snapstream_defaults_split_the_budget():
 
 
 def test_snapstream_explicit_sizes():
-    ss = snapstream_sizes(spec(snapstream={"enabled": True, "kv_len": 8192, "sink": 128,
-                                           "recent": 4096, "obs_window": 64}))
+    ss = snapstream_sizes(
+        spec(
+            snapstream={
+                "enabled": True,
+                "kv_len": 8192,
+                "sink": 128,
+                "recent": 4096,
+                "obs_window": 64,
+            }
+        )
+    )
     assert ss is not None
     assert (ss.slots, ss.recent, ss.topk, ss.obs_window) == (8192, 4096, 8192 - 128 - 4096, 64)
     ss = snapstream_sizes(spec(seq_len=65536, snapstream={"enabled": True, "compression": 8}))
@@ -159,11 +180,12 @@ def test_snapstream_explicit_sizes():
 
 
 @settings(max_examples=50, deadline=None)
-@given(seq_len=st.integers(256, 1 << 20), compression=st.floats(1.0, 64.0),
-       sink=st.integers(0, 64))
+@given(seq_len=st.integers(256, 1 << 20), compression=st.floats(1.0, 64.0), sink=st.integers(0, 64))
 def test_snapstream_regions_fill_the_cache(seq_len, compression, sink):
-    s = spec(seq_len=seq_len, snapstream={"enabled": True, "compression": compression,
-                                          "sink": sink, "obs_window": 16})
+    s = spec(
+        seq_len=seq_len,
+        snapstream={"enabled": True, "compression": compression, "sink": sink, "obs_window": 16},
+    )
     kv_len = max(1, int(seq_len // compression))
     if kv_len - sink < 1:
         with pytest.raises(SpecError):
@@ -208,19 +230,34 @@ def test_snapstream_field_errors():
 
 def test_overrides_parse_yaml_values():
     data = {"seq_len": 131072, "snapstream": {"enabled": True}}
-    out = apply_overrides(data, ["seq_len=65536", "snapstream.enabled=false", "batch=max",
-                                 "tokens_per_step=2.4", "snapstream.kv_len=8192"], "m.yaml")
-    assert out == {"seq_len": 65536, "batch": "max", "tokens_per_step": 2.4,
-                   "snapstream": {"enabled": False, "kv_len": 8192}}
+    out = apply_overrides(
+        data,
+        [
+            "seq_len=65536",
+            "snapstream.enabled=false",
+            "batch=max",
+            "tokens_per_step=2.4",
+            "snapstream.kv_len=8192",
+        ],
+        "m.yaml",
+    )
+    assert out == {
+        "seq_len": 65536,
+        "batch": "max",
+        "tokens_per_step": 2.4,
+        "snapstream": {"enabled": False, "kv_len": 8192},
+    }
 
 
 def test_overrides_create_missing_sections():
     assert apply_overrides({}, ["snapstream.enabled=true"], "m.yaml") == {
-        "snapstream": {"enabled": True}}
+        "snapstream": {"enabled": True}
+    }
 
 
-@pytest.mark.parametrize("item", ["foo.bar=1", "foo=1", "seq_len.x=1", "snapstream.nope=1",
-                                  "kernels.moe=1"])
+@pytest.mark.parametrize(
+    "item", ["foo.bar=1", "foo=1", "seq_len.x=1", "snapstream.nope=1", "kernels.moe=1"]
+)
 def test_unknown_override_paths(item):
     with pytest.raises(SpecError) as info:
         apply_overrides({}, [item], "m.yaml")
@@ -236,8 +273,9 @@ def test_override_without_a_value():
 
 
 def test_load_mapping_applies_overrides(mappings_dir):
-    rm = load_mapping(mappings_dir / "r1_prefill.yaml",
-                      ["seq_len=65536", "snapstream.enabled=false", "batch=2"])
+    rm = load_mapping(
+        mappings_dir / "r1_prefill.yaml", ["seq_len=65536", "snapstream.enabled=false", "batch=2"]
+    )
     assert (rm.spec.seq_len, rm.spec.snapstream.enabled, rm.spec.batch) == (65536, False, 2)
 
 
@@ -257,9 +295,11 @@ def test_model_path_is_relative_to_the_mapping(tmp_path, mappings_dir, models_di
     text = (mappings_dir / "llama31_8b_prefill.yaml").read_text(encoding="utf-8")
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "l8.yaml").write_text(
-        (models_dir / "llama-3.1-8b.yaml").read_text(encoding="utf-8"), encoding="utf-8")
-    (sub / "m.yaml").write_text(text.replace("../models/llama-3.1-8b.yaml", "../models/l8.yaml"),
-                                encoding="utf-8")
+        (models_dir / "llama-3.1-8b.yaml").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    (sub / "m.yaml").write_text(
+        text.replace("../models/llama-3.1-8b.yaml", "../models/l8.yaml"), encoding="utf-8"
+    )
     assert load_mapping(sub / "m.yaml").model.name == "llama-3.1-8b"
 
 
@@ -308,8 +348,12 @@ def test_unknown_kernel_field_is_located(r1_mapping):
 
 
 def test_two_strategies_on_one_kernel(r1_mapping):
-    path, text = r1_mapping(("      ops: [attention]\n      sharding: {tp: 16}",
-                             "      ops: [attention]\n      sharding: {tp: 16, dp: 16}"))
+    path, text = r1_mapping(
+        (
+            "      ops: [attention]\n      sharding: {tp: 16}",
+            "      ops: [attention]\n      sharding: {tp: 16, dp: 16}",
+        )
+    )
     with pytest.raises(SpecError) as info:
         load_mapping(path)
     err = info.value

@@ -351,6 +351,7 @@ def _moe_ffn(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
         tp=TPMode.LOCAL,
         ops_scale=5.0,
         slots=k,
+        experts=e,
     )
     b.act("expert_out", *TOKENS, k, h)
     b.linear(
@@ -376,6 +377,7 @@ def _moe_ffn(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
         ops_scale=2.0,
         linear=True,
         slots=k,
+        experts=e,
         doc="weighted sum of the routed experts plus the shared expert",
     )
     b.act("h_out", *TOKENS, h)

@@ -1,0 +1,144 @@
+"""Comparison tables, CSV/JSON writers, calibration YAML patching and atomic output."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from rdusim.report.tables import (
+    CELL_COLUMNS,
+    cells_csv,
+    cells_json,
+    format_param,
+    patch_calibration,
+    render_comparison,
+    render_sweep,
+    to_csv,
+    write_files,
+)
+from rdusim.serving.reproduce import Cell
+from rdusim.spec.hardware import load_hardware, preset_path
+
+CELLS = [
+    Cell("table4", "MHA", 69.7, 69.4, 3.0, "%", True),
+    Cell("table4", "SnapStream kernels (sum, must be below)", 2.4, 3.0, 0.0, "%", False, "max"),
+    Cell("table5", "128K throughput (no SnapStream)", 600.0, 434.0, 65.1, "tokens/s", False),
+    Cell("table5", "128K max batch (SnapStream)", 64, 64, 0.0, "seqs", True),
+]
+
+
+def test_comparison_marks_ok_and_fail() -> None:
+    text = render_comparison(CELLS, "title")
+    lines = {line.split("  ")[1].strip(): line for line in text.splitlines() if "  " in line}
+    assert lines["MHA"].rstrip().endswith("ok")
+    assert "fitted" in lines["MHA"] and "+0.30 pt" in lines["MHA"] and "±3.00 pt" in lines["MHA"]
+    tput = lines["128K throughput (no SnapStream)"]
+    assert tput.rstrip().endswith("FAIL") and "predicted" in tput
+    assert "< 3.00 %" in lines["SnapStream kernels (sum, must be below)"]
+    assert "exact" in lines["128K max batch (SnapStream)"]
+    assert "3/4 cells within tolerance (2 fitted, 2 predicted)" in text
+    assert "outside:\n  table5 128K throughput (no SnapStream)" in text
+    for header in ("simulated", "published", "deviation", "tolerance", "fitted|predicted"):
+        assert header in text.splitlines()[2]
+
+
+def test_cells_csv_and_json() -> None:
+    rows = list(csv.DictReader(io.StringIO(cells_csv(CELLS))))
+    assert tuple(rows[0]) == CELL_COLUMNS
+    assert [r["item"] for r in rows] == [c.item for c in CELLS]
+    assert float(rows[0]["simulated"]) == 69.7 and float(rows[0]["published"]) == 69.4
+    assert [r["within_tolerance"] for r in rows] == ["true", "true", "false", "true"]
+    assert [r["status"] for r in rows] == ["fitted", "predicted", "predicted", "fitted"]
+    data = json.loads(cells_json(CELLS, table="table4", hardware="x"))
+    assert data["table"] == "table4" and data["hardware"] == "x"
+    assert data["cells"][2]["within_tolerance"] is False
+    assert data["cells"][2]["deviation"] == pytest.approx(166.0)
+
+
+def test_csv_values() -> None:
+    text = to_csv(["a", "b", "c", "d"], [{"a": True, "b": None, "c": 0.1 + 0.2, "d": "x,y"}])
+    assert text == 'a,b,c,d\ntrue,,0.30000000000000004,"x,y"\n'
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(0.51234, "0.5123"), (1.0, "1.0"), (3.21e-4, "3.210e-04"), (0.0, "0.0"), (0.9, "0.9")],
+)
+def test_format_param(value: float, text: str) -> None:
+    assert format_param(value) == text
+    assert float(text) == pytest.approx(value, rel=1e-3)
+
+
+YAML = """\
+name: x  # gemm_efficiency: 9 (not calibration)
+socket:
+  gemm_efficiency: 7
+calibration:
+  # Fitted on: Table 4.
+  gemm_efficiency: 0.513   # trailing comment
+  kernel_launch_s: 3.21e-4
+links:
+  kernel_launch_s: 5
+"""
+
+
+def test_patch_calibration_edits_only_the_calibration_values() -> None:
+    out = patch_calibration(YAML, {"gemm_efficiency": "0.6", "kernel_launch_s": "4.000e-04"})
+    assert out == YAML.replace("0.513   #", "0.6   #").replace("3.21e-4", "4.000e-04")
+    crlf = patch_calibration(YAML.replace("\n", "\r\n"), {"gemm_efficiency": "0.6"})
+    assert crlf.count("\r\n") == YAML.count("\n") and "0.6   # trailing comment\r\n" in crlf
+
+
+def test_patch_calibration_missing_key() -> None:
+    with pytest.raises(KeyError, match="p2p_efficiency"):
+        patch_calibration(YAML, {"p2p_efficiency": "1.0"})
+
+
+def test_patch_shipped_preset_keeps_every_comment(tmp_path: Path) -> None:
+    text = preset_path("sn40l-16").read_text(encoding="utf-8")
+    out = patch_calibration(text, {"attention_efficiency": "0.5"})
+    changed = [(a, b) for a, b in zip(text.splitlines(), out.splitlines(), strict=True) if a != b]
+    assert len(changed) == 1
+    old, new = changed[0]
+    assert old.partition(":")[0] == new.partition(":")[0] == "  attention_efficiency"
+    assert new.partition(":")[2].split("#")[0].strip() == "0.5"
+    path = tmp_path / "hw.yaml"
+    path.write_text(out, encoding="utf-8")
+    assert load_hardware(path).calibration.attention_efficiency == 0.5
+
+
+def test_write_files_all_or_nothing(tmp_path: Path) -> None:
+    write_files({tmp_path / "a" / "x.txt": "x", tmp_path / "y.bin": b"\x00\x01"})
+    assert (tmp_path / "a" / "x.txt").read_text() == "x"
+    assert (tmp_path / "y.bin").read_bytes() == b"\x00\x01"
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(OSError):
+        write_files({tmp_path / "new.txt": "n", blocker / "sub" / "z.txt": "z"})
+    assert not (tmp_path / "new.txt").exists()
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_render_sweep() -> None:
+    rows = [
+        {
+            "seq_len": 8192,
+            "snapstream.enabled": True,
+            "batch": 16,
+            "max_batch_size": 64,
+            "total_latency_s": 0.078,
+            "throughput_tokens_per_s": 495.5,
+            "sram_peak_bytes": 3.1e7,
+            "hbm_kv_cache_bytes": 1.5e8,
+            "hbm_weights_bytes": 4.4e10,
+        },
+    ]
+    text = render_sweep(rows, ["seq_len", "snapstream.enabled"])
+    header, _, line = text.splitlines()
+    assert header.split()[:2] == ["seq_len", "snapstream.enabled"]
+    assert "tokens/s" in header and "max batch" in header
+    assert "true" in line and "78.000 ms" in line and "496" in line and "44 GB" in line

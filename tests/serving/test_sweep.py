@@ -1,0 +1,214 @@
+"""`rdusim sweep`: grids, parallel runs with deterministic rows, plots and user errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from rdusim.errors import SpecError
+from rdusim.serving.sweep import (
+    RESULT_COLUMNS,
+    Axis,
+    columns,
+    grid,
+    parse_axes,
+    parse_plot,
+    parse_value,
+    result_row,
+)
+from rdusim.spec.hardware import preset_path
+
+Cli = Callable[[Sequence[object]], tuple[int, str, str]]
+GRID = [
+    "--set",
+    "seq_len=8192,16384",
+    "--set",
+    "snapstream.enabled=true,false",
+    "--set",
+    "batch=16",
+]
+
+
+def test_parse_axes_and_grid_order() -> None:
+    axes = parse_axes(["seq_len=8192, 16384", "snapstream.enabled=true,false", "batch=16"])
+    assert axes == [
+        Axis("seq_len", ("8192", "16384")),
+        Axis("snapstream.enabled", ("true", "false")),
+        Axis("batch", ("16",)),
+    ]
+    points = grid(axes)
+    assert len(points) == 4
+    assert [dict(p)["seq_len"] for p in points] == ["8192", "8192", "16384", "16384"]
+    assert [dict(p)["snapstream.enabled"] for p in points] == ["true", "false"] * 2
+    assert grid([]) == [()]
+
+
+@pytest.mark.parametrize(
+    ("items", "needle"),
+    [
+        (["seq_len"], "key=v1,v2"),
+        (["=1,2"], "key=v1,v2"),
+        (["seq_len=1,,2"], "empty value"),
+        (["seq_len=1", "seq_len=2"], "set twice"),
+        (["seq_len=1,1"], "repeated value"),
+    ],
+)
+def test_parse_axes_errors(items: list[str], needle: str) -> None:
+    with pytest.raises(SpecError, match=needle):
+        parse_axes(items)
+
+
+def test_parse_plot_and_values() -> None:
+    assert parse_plot("seq_len:throughput_tokens_per_s") == ("seq_len", "throughput_tokens_per_s")
+    for bad in ("seq_len", "a:", ":b", "a:b:c"):
+        with pytest.raises(SpecError):
+            parse_plot(bad)
+    assert parse_value("8192") == 8192 and parse_value("true") is True
+    assert parse_value("max") == "max" and parse_value("0.5") == 0.5
+    assert parse_value("[1, 2]") == "[1, 2]"
+
+
+def test_result_row_keeps_the_swept_value() -> None:
+    report = {
+        "batch": 64,
+        "max_batch_size": 64,
+        "total_latency_s": 0.1,
+        "throughput_tokens_per_s": 1536.0,
+        "sram_peak_bytes": 1.0,
+        "hbm_bytes": {"kv_cache": 2.0, "weights": 3.0},
+        "layers": {
+            "dense": {"kernels": [{"name": "MLA", "latency_s": 0.5}]},
+            "moe": {"kernels": [{"name": "FFN", "latency_s": 0.7}]},
+        },
+    }
+    row = result_row((("batch", "max"),), report)
+    assert row["batch"] == "max" and row["max_batch_size"] == 64
+    assert row["hbm_kv_cache_bytes"] == 2.0 and row["dense.MLA.latency_s"] == 0.5
+    assert "moe.FFN.latency_s" not in row  # the first layer kind only
+    cols = columns([Axis("batch", ("max",))], [row])
+    assert cols[0] == "batch" and cols.count("batch") == 1
+    assert set(RESULT_COLUMNS) <= set(cols) and cols[-1] == "dense.MLA.latency_s"
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+@pytest.fixture(scope="module")
+def serial_out(tmp_path_factory: pytest.TempPathFactory, mappings_dir: Path) -> Path:
+    """The 2x2 grid run with --jobs 1 (once for the module)."""
+    import contextlib
+
+    from rdusim.cli import main
+
+    out = tmp_path_factory.mktemp("sweep1")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = main(
+            ["sweep", str(mappings_dir / "r1_decode.yaml"), *GRID, "--jobs", "1", "--out", str(out)]
+        )
+    assert code == 0
+    return out
+
+
+def test_sweep_rows(serial_out: Path) -> None:
+    rows = _read_csv(serial_out / "sweep.csv")
+    assert [(r["seq_len"], r["snapstream.enabled"]) for r in rows] == [
+        ("8192", "true"),
+        ("8192", "false"),
+        ("16384", "true"),
+        ("16384", "false"),
+    ]
+    for r in rows:
+        assert r["batch"] == "16"
+        assert float(r["throughput_tokens_per_s"]) > 0 and float(r["total_latency_s"]) > 0
+        assert int(r["max_batch_size"]) >= 16
+        assert float(r["hbm_weights_bytes"]) > float(r["hbm_kv_cache_bytes"]) > 0
+        assert any(k.endswith(".latency_s") and "." in k[:-10] for k in r)
+    # SnapStream keeps a quarter of the cache
+    kv = {(r["seq_len"], r["snapstream.enabled"]): float(r["hbm_kv_cache_bytes"]) for r in rows}
+    assert kv[("16384", "false")] == pytest.approx(4 * kv[("16384", "true")])
+    data = json.loads((serial_out / "sweep.json").read_text())
+    assert len(data["rows"]) == 4 and data["set"]["batch"] == ["16"]
+    assert data["rows"][0]["snapstream.enabled"] is True and data["rows"][0]["seq_len"] == 8192
+
+
+def test_parallel_rows_are_identical(
+    serial_out: Path, run_cli: Cli, tmp_path: Path, mappings_dir: Path
+) -> None:
+    code, out, err = run_cli(
+        [
+            "sweep",
+            mappings_dir / "r1_decode.yaml",
+            *GRID,
+            "--jobs",
+            "2",
+            "--out",
+            tmp_path,
+            "--plot",
+            "seq_len:throughput_tokens_per_s",
+        ]
+    )
+    assert code == 0, err
+    assert (tmp_path / "sweep.csv").read_bytes() == (serial_out / "sweep.csv").read_bytes()
+    assert (tmp_path / "sweep.json").read_bytes() == (serial_out / "sweep.json").read_bytes()
+    img = matplotlib.image.imread(tmp_path / "sweep.png")
+    assert img.shape[0] > 300 and img.shape[1] > 400
+    assert "sweep" in err and "4/4" in err  # the progress bar
+    assert "seq_len" in out and "snapstream.enabled" in out and "tokens/s" in out
+    assert "4 points" in out
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--set", "snapstream.nosuch=1,2"], "unknown mapping field"),
+        (["--set", "seq_len=8192,lots"], "seq_len=lots"),
+        (["--set", "seq_len=8192", "--plot", "seq_len"], "X:Y"),
+        (["--set", "seq_len=8192", "--plot", "seq_len:speed"], "not a sweep column"),
+        (["--set", "seq_len=8192", "--jobs", "0"], "at least 1"),
+    ],
+)
+def test_user_errors_exit_2_and_write_nothing(
+    run_cli: Cli, tmp_path: Path, mappings_dir: Path, args: list[str], needle: str
+) -> None:
+    out = tmp_path / "out"
+    code, _, err = run_cli(["sweep", mappings_dir / "r1_decode.yaml", *args, "--out", out])
+    assert code == 2
+    assert needle in err and "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_error_at_one_point_names_it(
+    run_cli: Cli, tmp_path: Path, mappings_dir: Path, jobs: str
+) -> None:
+    """A point that fails while running (no batch fits) stops the sweep with exit 2."""
+    small = tmp_path / "small-hbm.yaml"
+    text = preset_path("sn40l-16").read_text(encoding="utf-8")
+    small.write_text(text.replace("hbm_usable_fraction: 0.9", "hbm_usable_fraction: 0.1"))
+    assert small.read_text() != text
+    out = tmp_path / "out"
+    code, _, err = run_cli(
+        [
+            "sweep",
+            mappings_dir / "r1_decode.yaml",
+            "--set",
+            f"hardware=sn40l-16,{small}",
+            "--set",
+            "seq_len=8192",
+            "--jobs",
+            jobs,
+            "--out",
+            out,
+        ]
+    )
+    assert code == 2
+    assert f"sweep point hardware={small}" in err and "not even batch 1 fits" in err
+    assert not out.exists()

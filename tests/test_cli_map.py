@@ -1,0 +1,308 @@
+"""`rdusim map`: the paper's kernels in the JSON report, `--set`, `--out`, and user errors (exit
+code 2, the file, the key path and a fix; never a traceback)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+SRAM_BYTES = 520e6
+MOE_KERNELS = [
+    "QKV",
+    "Streaming Ring Buffer",
+    "SnapKV Compression",
+    "MHA",
+    "Output Proj",
+    "Router",
+    "MoE FFN",
+]
+
+
+def map_json(run_cli, mapping, *sets: str) -> dict:
+    args = ["map", mapping, "--json"]
+    for s in sets:
+        args += ["--set", s]
+    code, out, err = run_cli(args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def kernel_names(report: dict, kind: str) -> list[str]:
+    return [k["name"] for k in report["layers"][kind]["kernels"]]
+
+
+@pytest.fixture
+def r1_mapping(tmp_path, mappings_dir, models_dir):
+    """r1_prefill.yaml copied into tmp_path with text edits (the model by absolute path)."""
+
+    def write(*edits: tuple[str, str], name: str = "r1_edited.yaml", text: str | None = None):
+        if text is None:
+            text = (mappings_dir / "r1_prefill.yaml").read_text(encoding="utf-8")
+            text = text.replace("../models/deepseek-r1.yaml", str(models_dir / "deepseek-r1.yaml"))
+        for old, new in edits:
+            assert old in text, old
+            text = text.replace(old, new, 1)
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path, text
+
+    return write
+
+
+def line_with(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+def assert_user_error(result, path: Path | str, *needles: str) -> str:
+    code, out, err = result
+    assert code == 2, (out, err)
+    assert "Traceback" not in err
+    assert str(Path(path).name) in err
+    assert "fix:" in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+# --------------------------------------------------------------------------------------------
+# the paper's mappings
+
+
+def test_r1_prefill_kernels(run_cli, mappings_dir):
+    report = map_json(run_cli, mappings_dir / "r1_prefill.yaml")
+    assert report["sockets"] == 16
+    assert (report["phase"], report["batch"], report["seq_len"]) == ("prefill", 1, 131072)
+    assert kernel_names(report, "moe") == MOE_KERNELS
+    assert kernel_names(report, "dense")[-1] == "Output Proj + FFN"
+    assert "Output Proj" not in kernel_names(report, "dense")
+    for layer in report["layers"].values():
+        for k in layer["kernels"]:
+            assert k["sram_bytes"] <= SRAM_BYTES, k["name"]
+            assert k["pcus"] <= 1040 and k["pmus"] <= 1040
+    assert report["layers"]["moe"]["count"] == 58 and report["layers"]["dense"]["count"] == 3
+    shares = [k["share"] for k in report["layers"]["moe"]["kernels"]]
+    assert sum(shares) == pytest.approx(1.0)
+    assert report["snapstream"] == {"enabled": True, "kv_len": 32768}
+    assert report["total_latency_s"] > 0
+
+
+def test_r1_decode_kernels_and_sharding(run_cli, mappings_dir):
+    report = map_json(run_cli, mappings_dir / "r1_decode.yaml")
+    assert report["sockets"] == 16
+    for kind in ("moe", "dense"):
+        assert kernel_names(report, kind) == ["MLA", "FFN"]
+        mla, ffn = report["layers"][kind]["kernels"]
+        assert mla["op_sharding"]["attention"] == "dp16"
+        for op in ("q_a_proj", "q_b_proj", "kv_a_proj", "o_proj"):
+            assert mla["op_sharding"][op] == "tp16", op
+        for op, sh in ffn["op_sharding"].items():
+            if op.endswith("_proj"):
+                assert sh == "tp16", op
+    assert "router_gate" in report["layers"]["moe"]["kernels"][0]["ops"]
+    assert report["batch"] == report["max_batch_size"] == 64
+    assert report["throughput_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("name", ["llama31_8b_prefill.yaml", "llama31_8b_decode.yaml"])
+def test_llama_mappings_compile(run_cli, mappings_dir, name):
+    report = map_json(run_cli, mappings_dir / name)
+    assert report["model"] == "llama-3.1-8b" and report["sockets"] == 16
+    assert report["total_latency_s"] > 0
+    assert all(k["sram_bytes"] <= SRAM_BYTES for k in report["layers"]["dense"]["kernels"])
+
+
+def test_disabling_snapstream_drops_its_kernels(run_cli, mappings_dir):
+    report = map_json(
+        run_cli, mappings_dir / "r1_prefill.yaml", "snapstream.enabled=false", "seq_len=16384"
+    )
+    assert kernel_names(report, "moe") == [
+        k for k in MOE_KERNELS if k not in ("Streaming Ring Buffer", "SnapKV Compression")
+    ]
+    assert kernel_names(report, "dense") == ["QKV", "MHA", "Output Proj + FFN"]
+    assert report["snapstream"]["enabled"] is False
+    assert report["snapstream"]["kv_len"] == 16384
+
+
+def test_text_report(run_cli, mappings_dir):
+    code, out, err = run_cli(["map", mappings_dir / "r1_prefill.yaml", "--set", "seq_len=16384"])
+    assert code == 0, err
+    for name in MOE_KERNELS:
+        assert name in out
+
+
+# --------------------------------------------------------------------------------------------
+# --set and --out
+
+
+def test_set_overrides_show_in_the_report(run_cli, mappings_dir):
+    report = map_json(
+        run_cli,
+        mappings_dir / "r1_prefill.yaml",
+        "seq_len=65536",
+        "snapstream.enabled=false",
+        "batch=1",
+    )
+    assert report["seq_len"] == 65536
+    assert report["snapstream"]["enabled"] is False
+    assert report["batch"] == 1
+
+
+def test_set_batch_and_seq_len_in_decode(run_cli, mappings_dir):
+    report = map_json(run_cli, mappings_dir / "r1_decode.yaml", "batch=8", "seq_len=8192")
+    assert report["batch"] == 8 and report["seq_len"] == 8192
+    assert report["snapstream"]["kv_len"] == 2048
+    assert report["total_latency_s"] is not None and report["total_latency_s"] > 0
+    assert report["throughput_tokens_per_s"] is not None
+    assert report["throughput_tokens_per_s"] == pytest.approx(8 * 2.4 / report["total_latency_s"])
+
+
+def test_out_writes_the_json_report(run_cli, mappings_dir, tmp_path):
+    out_dir = tmp_path / "run"
+    code, out, err = run_cli(
+        [
+            "map",
+            mappings_dir / "r1_prefill.yaml",
+            "--set",
+            "seq_len=16384",
+            "--json",
+            "--out",
+            out_dir,
+        ]
+    )
+    assert code == 0, err
+    written = (out_dir / "report.json").read_text(encoding="utf-8")
+    assert written == out
+    assert json.loads(written)["seq_len"] == 16384
+
+
+def test_out_must_be_a_directory(run_cli, mappings_dir, tmp_path):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x", encoding="utf-8")
+    result = run_cli(
+        ["map", mappings_dir / "r1_prefill.yaml", "--set", "seq_len=16384", "--out", blocker]
+    )
+    assert_user_error(result, blocker, "--out")
+
+
+# --------------------------------------------------------------------------------------------
+# user errors
+
+
+def test_unknown_op_in_a_kernel(run_cli, r1_mapping):
+    path, text = r1_mapping(("ops: [attn_norm, q_a_proj,", "ops: [attn_norm, q_bogus,"))
+    err = assert_user_error(run_cli(["map", path]), path, "kernels.moe[0].ops[1]", "q_bogus")
+    assert f"{path.name}:{line_with(text, 'q_bogus')}:" in err
+
+
+def test_op_in_two_kernels(run_cli, r1_mapping):
+    path, text = r1_mapping(("ops: [o_proj]", "ops: [o_proj, attention]"))
+    err = assert_user_error(
+        run_cli(["map", path]), path, "kernels.moe[4].ops[1]", "attention", "MHA"
+    )
+    assert f":{line_with(text, 'ops: [o_proj, attention]')}:" in err
+
+
+def test_op_in_no_kernel(run_cli, r1_mapping):
+    path, _ = r1_mapping(("router_topk, token_group]", "router_topk]"))
+    assert_user_error(run_cli(["map", path]), path, "kernels.moe", "token_group", "no kernel")
+
+
+def test_tp_that_does_not_divide_the_heads(run_cli, r1_mapping):
+    path, text = r1_mapping(
+        (
+            "      ops: [attention]\n      sharding: {tp: 16}",
+            "      ops: [attention]\n      sharding: {tp: 7}",
+        )
+    )
+    err = assert_user_error(
+        run_cli(["map", path]), path, "kernels.moe[3].sharding.tp", "7", "heads"
+    )
+    assert f":{line_with(text, 'tp: 7')}:" in err
+
+
+def test_kv_block_too_large_for_sram(run_cli, r1_mapping):
+    path, text = r1_mapping(("tiling: {kv_block: 8192}", "tiling: {kv_block: 1000000}"))
+    err = assert_user_error(
+        run_cli(["map", path]), path, "kernels.moe[3].tiling", "SRAM", "MHA", "kv_block"
+    )
+    assert f":{line_with(text, 'kv_block: 1000000')}:" in err
+
+
+def test_tile_tokens_too_large_for_sram(run_cli, r1_mapping):
+    path, _ = r1_mapping(
+        ("tiling: {kv_block: 8192}", "tiling: {kv_block: 8192, tile_tokens: 131072}")
+    )
+    assert_user_error(run_cli(["map", path]), path, "kernels.moe[3].tiling", "SRAM")
+
+
+def test_malformed_yaml(run_cli, r1_mapping):
+    path, text = r1_mapping(("batch: 1", "batch: 1: 2"))
+    assert_user_error(
+        run_cli(["map", path]), path, f":{line_with(text, 'batch: 1: 2')}:", "malformed YAML"
+    )
+
+
+def test_unknown_set_path(run_cli, mappings_dir):
+    path = mappings_dir / "r1_prefill.yaml"
+    assert_user_error(run_cli(["map", path, "--set", "foo.bar=1"]), path, "foo.bar", "unknown")
+
+
+def test_set_without_a_value(run_cli, mappings_dir):
+    path = mappings_dir / "r1_prefill.yaml"
+    assert_user_error(run_cli(["map", path, "--set", "seq_len"]), path, "--set", "key=value")
+
+
+def test_missing_file(run_cli, tmp_path):
+    path = tmp_path / "nowhere.yaml"
+    assert_user_error(run_cli(["map", path]), path, "not found")
+
+
+def test_wrongly_typed_field(run_cli, r1_mapping):
+    path, text = r1_mapping(("seq_len: 131072", "seq_len: lots"))
+    assert_user_error(
+        run_cli(["map", path]), path, "seq_len", "lots", f":{line_with(text, 'seq_len: lots')}:"
+    )
+
+
+def test_batch_zero(run_cli, r1_mapping):
+    path, text = r1_mapping(("batch: 1", "batch: 0"))
+    err = assert_user_error(run_cli(["map", path]), path, f":{line_with(text, 'batch: 0')}: batch:")
+    assert err.count("fix:") == 1  # one error for one mistake
+
+
+def test_bad_snapstream_sizes(run_cli, mappings_dir):
+    path = mappings_dir / "r1_prefill.yaml"
+    assert_user_error(
+        run_cli(["map", path, "--set", "snapstream.sink=-1"]), path, "snapstream.sink"
+    )
+    assert_user_error(
+        run_cli(["map", path, "--set", "snapstream.kv_len=200000"]),
+        path,
+        "snapstream.kv_len",
+        "200000",
+    )
+    assert_user_error(
+        run_cli(["map", path, "--set", "snapstream.pool_kernel=4"]),
+        path,
+        "snapstream.pool_kernel",
+        "odd",
+    )
+
+
+def test_kernels_out_of_dependency_order(run_cli, r1_mapping):
+    _, text = r1_mapping()
+    router = text.index("    - name: Router")
+    ffn = text.index("    - name: MoE FFN")
+    dense = text.index("  dense:")
+    swapped = text[:router] + text[ffn:dense] + text[router:ffn] + text[dense:]
+    path, _ = r1_mapping(text=swapped, name="swapped.yaml")
+    assert_user_error(run_cli(["map", path]), path, "kernels.moe[5]", "MoE FFN", "Router", "later")
+
+
+def test_unknown_hardware(run_cli, r1_mapping):
+    path, text = r1_mapping(("hardware: sn40l-16", "hardware: sn99"))
+    assert_user_error(
+        run_cli(["map", path]), path, "hardware", "sn99", f":{line_with(text, 'hardware: sn99')}:"
+    )
