@@ -28,7 +28,7 @@ def dump_json(data: Any) -> str:
 
 def _cmd_map(args: argparse.Namespace) -> int:
     from rdusim.api import run_mapping
-    from rdusim.report.mapping_report import render_map_report
+    from rdusim.report.mapping_report import render_map_report, render_op_timing
 
     run = run_mapping(args.mapping, args.set, trace=bool(args.trace))
     report = run.report
@@ -44,9 +44,13 @@ def _cmd_map(args: argparse.Namespace) -> int:
                 "exists and is not a directory", file=str(out), key="--out", fix="name a directory"
             )
         _write_atomic(out / "report.json", dump_json(report))
-    print(
-        dump_json(report) if args.json else render_map_report(report), end="" if args.json else "\n"
-    )
+    if args.json:
+        print(dump_json(report), end="")
+    else:
+        print(render_map_report(report))
+        if args.ops:
+            print()
+            print(render_op_timing(report))
     return 0
 
 
@@ -314,6 +318,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m.add_argument("--out", metavar="DIR", help="also write DIR/report.json")
     m.add_argument(
         "--trace", metavar="FILE", help="write a Chrome/Perfetto trace (ui.perfetto.dev)"
+    )
+    m.add_argument(
+        "--ops", action="store_true", help="also print per-op busy/stall time and bounds"
     )
     m.set_defaults(func=_cmd_map)
 

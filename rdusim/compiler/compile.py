@@ -36,15 +36,28 @@ def _tiles(fk_spec: KernelSpec, wl: Workload, sockets: int, phase: str) -> tuple
     return max(1, math.ceil(wl.tokens / tile)), tile
 
 
-def build_kernels(graph: Graph, fused: list[FusedKernel], kind: str, wl: Workload, hw: Hardware,
-                  phase: str, check: bool = True) -> list[Kernel]:
-    sharded = shard(graph, fused, kind, wl, hw.sockets,
-                    {fk.spec.name: fk.spec.tiling.kv_block for fk in fused})
+def build_kernels(
+    graph: Graph,
+    fused: list[FusedKernel],
+    kind: str,
+    wl: Workload,
+    hw: Hardware,
+    phase: str,
+    check: bool = True,
+) -> list[Kernel]:
+    sharded = shard(
+        graph, fused, kind, wl, hw.sockets, {fk.spec.name: fk.spec.tiling.kv_block for fk in fused}
+    )
     kernels: list[Kernel] = []
     for fk in fused:
         tiles, tile_tokens = _tiles(fk.spec, wl, hw.sockets, phase)
-        k = Kernel(fk.spec.name, [sharded.ops[n] for n in fk.ops], tiles=tiles,
-                   tile_tokens=min(tile_tokens, wl.tokens), kv_block=fk.spec.tiling.kv_block)
+        k = Kernel(
+            fk.spec.name,
+            [sharded.ops[n] for n in fk.ops],
+            tiles=tiles,
+            tile_tokens=min(tile_tokens, wl.tokens),
+            kv_block=fk.spec.tiling.kv_block,
+        )
         members = set(fk.ops)
         k.edges = [(a, b) for a, b in graph.dag.edges if a in members and b in members]
         k.collectives = [c for i, c in enumerate(sharded.collectives) if sharded.host[i] in members]
@@ -59,8 +72,9 @@ def build_kernels(graph: Graph, fused: list[FusedKernel], kind: str, wl: Workloa
 def _auto(graph: Graph, kind: str, wl: Workload, hw: Hardware, phase: str) -> list[KernelSpec]:
     def estimate(ops: list[str]) -> float:
         sub = graph.subgraph(ops)
-        fk = FusedKernel(KernelSpec(name="trial", ops=ops, sharding=Sharding(tp=hw.sockets)), 0,
-                         tuple(ops))
+        fk = FusedKernel(
+            KernelSpec(name="trial", ops=ops, sharding=Sharding(tp=hw.sockets)), 0, tuple(ops)
+        )
         try:
             ks = build_kernels(sub, [fk], kind, wl, hw, phase, check=False)
         except SpecError:
@@ -81,8 +95,11 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
     spec, hw = rm.spec, rm.hardware
     b = batch if batch is not None else spec.batch
     if not isinstance(b, int):
-        raise SpecError("batch 'max' must be resolved before compiling", key="batch",
-                        fix="use rdusim.serving.capacity.max_batch or give a number")
+        raise SpecError(
+            "batch 'max' must be resolved before compiling",
+            key="batch",
+            fix="use rdusim.serving.capacity.max_batch or give a number",
+        )
     try:
         ss = snapstream_sizes(spec, rm.source.file)
         graphs = build_model(rm.model, spec.phase, ss)
@@ -94,11 +111,15 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
             else:
                 if kind not in spec.kernels:
                     raise SpecError(
-                        f"no kernels for the {kind} layers of {rm.model.name}", key="kernels",
-                        path=("kernels",), fix=f"add a `{kind}:` list of kernels, or use "
-                        "`kernels: auto`")
+                        f"no kernels for the {kind} layers of {rm.model.name}",
+                        key="kernels",
+                        path=("kernels",),
+                        fix=f"add a `{kind}:` list of kernels, or use `kernels: auto`",
+                    )
                 kspecs = spec.kernels[kind]
-            known = _snapstream_op_names(rm, kind) if ss is None and spec.phase == "prefill" else set()
+            known = (
+                _snapstream_op_names(rm, kind) if ss is None and spec.phase == "prefill" else set()
+            )
             fused = fuse(graph, kspecs, kind, known)
             kernels = build_kernels(graph, fused, kind, wl, hw, spec.phase)
             layers[kind] = LayerProgram(kind, graphs.layer_counts[kind], graph, kernels)
@@ -115,15 +136,35 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
             else:
                 kspecs = _auto(g, name, ewl, hw, spec.phase)
             fused = fuse(g, kspecs, name)
-            extras[name] = LayerProgram(name, 1, g, build_kernels(g, fused, name, ewl, hw, spec.phase))
+            extras[name] = LayerProgram(
+                name, 1, g, build_kernels(g, fused, name, ewl, hw, spec.phase)
+            )
     except SpecError as exc:
         raise rm.source.locate(exc) from None
-    hbm = plan_hbm([*layers.values(), *[e for n, e in extras.items() if n.startswith("mtp")],
-                    extras["embedding"], extras["head"]], hw, wl, spec.phase,
-                   ss.slots if ss else None)
+    hbm = plan_hbm(
+        [
+            *layers.values(),
+            *[e for n, e in extras.items() if n.startswith("mtp")],
+            extras["embedding"],
+            extras["head"],
+        ],
+        hw,
+        wl,
+        spec.phase,
+        ss.slots if ss else None,
+    )
     return Program(
-        mapping=spec.name or rm.source.file, model=rm.model.name, hardware=hw.name,
-        phase=spec.phase, seq_len=spec.seq_len, workload=wl, sockets=hw.sockets, layers=layers, extras=extras,
-        hbm=hbm, kv_len=wl.kv if spec.phase == "decode" else (ss.slots if ss else spec.seq_len),
-        snapstream=ss is not None, tokens_per_step=spec.tokens_per_step,
+        mapping=spec.name or rm.source.file,
+        model=rm.model.name,
+        hardware=hw.name,
+        phase=spec.phase,
+        seq_len=spec.seq_len,
+        workload=wl,
+        sockets=hw.sockets,
+        layers=layers,
+        extras=extras,
+        hbm=hbm,
+        kv_len=wl.kv if spec.phase == "decode" else (ss.slots if ss else spec.seq_len),
+        snapstream=ss is not None,
+        tokens_per_step=spec.tokens_per_step,
     )

@@ -29,7 +29,9 @@ def _dotted(path: tuple[str | int, ...]) -> str:
     return out
 
 
-def fuse(graph: Graph, kernels: list[KernelSpec], kind: str, known_ops: set[str] | None = None) -> list[FusedKernel]:
+def fuse(
+    graph: Graph, kernels: list[KernelSpec], kind: str, known_ops: set[str] | None = None
+) -> list[FusedKernel]:
     """Place each op of `graph` in one kernel.
 
     `known_ops` are op names that may appear in a mapping but are absent from this graph (the
@@ -45,7 +47,9 @@ def fuse(graph: Graph, kernels: list[KernelSpec], kind: str, known_ops: set[str]
             if not hits and not any(fnmatch.fnmatchcase(n, pattern) for n in known):
                 path = _where(kind, i, "ops", j)
                 raise SpecError(
-                    f"no op named {pattern!r} in the {kind} layer", key=_dotted(path), path=path,
+                    f"no op named {pattern!r} in the {kind} layer",
+                    key=_dotted(path),
+                    path=path,
                     fix="use an op name from `rdusim model MODEL --phase PHASE` (patterns like "
                     "'q_*' are allowed)",
                 )
@@ -54,7 +58,8 @@ def fuse(graph: Graph, kernels: list[KernelSpec], kind: str, known_ops: set[str]
                     path = _where(kind, i, "ops", j)
                     raise SpecError(
                         f"op {n!r} is already in kernel {kernels[owner[n]].name!r}",
-                        key=_dotted(path), path=path,
+                        key=_dotted(path),
+                        path=path,
                         fix="list each op in exactly one kernel",
                     )
                 if n not in owner:
@@ -65,7 +70,9 @@ def fuse(graph: Graph, kernels: list[KernelSpec], kind: str, known_ops: set[str]
     if missing:
         path = ("kernels", kind)
         raise SpecError(
-            f"ops in no kernel: {', '.join(missing)}", key=_dotted(path), path=path,
+            f"ops in no kernel: {', '.join(missing)}",
+            key=_dotted(path),
+            path=path,
             fix="add them to a kernel's ops (or a pattern that matches them)",
         )
     for src, dst in graph.dag.edges:
@@ -73,7 +80,9 @@ def fuse(graph: Graph, kernels: list[KernelSpec], kind: str, known_ops: set[str]
             path = _where(kind, owner[dst], "ops")
             raise SpecError(
                 f"op {dst!r} in kernel {kernels[owner[dst]].name!r} needs {src!r}, which runs "
-                f"later in kernel {kernels[owner[src]].name!r}", key=_dotted(path), path=path,
+                f"later in kernel {kernels[owner[src]].name!r}",
+                key=_dotted(path),
+                path=path,
                 fix="move one of them, or reorder the kernels",
             )
     order = {n: i for i, n in enumerate(graph.order())}

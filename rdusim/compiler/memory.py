@@ -50,7 +50,7 @@ def plan_sram(kernel: Kernel, graph: Graph, wl: Workload, hw: Hardware) -> None:
             buf = 2 * (io + p.hbm_read / tiles)
         matrices = op.weights[0].shape[0] if op.weights and len(op.weights[0].shape) == 3 else 1
         if p.cost_class != "memory":  # a lookup table is read row by row, never buffered whole
-            buf += _weight_buffer(p.weight_bytes, int(matrices), tiles)  # type: ignore[arg-type]
+            buf += _weight_buffer(p.weight_bytes, int(matrices), tiles)
         p.sram_bytes = buf
         total += buf
     kernel.sram_bytes = total
@@ -58,11 +58,14 @@ def plan_sram(kernel: Kernel, graph: Graph, wl: Workload, hw: Hardware) -> None:
 
 def check_sram(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> None:
     if kernel.sram_bytes > hw.socket.sram_bytes:
-        path: tuple[str | int, ...] = ("kernels", kind, index, "tiling") if index is not None else ()
+        path: tuple[str | int, ...] = (
+            ("kernels", kind, index, "tiling") if index is not None else ()
+        )
         raise SpecError(
             f"kernel {kernel.name!r} needs {kernel.sram_bytes / 1e6:.0f} MB of SRAM per socket, "
             f"more than the {hw.socket.sram_bytes / 1e6:.0f} MB a socket has",
-            key=f"kernels.{kind}[{index}].tiling" if index is not None else None, path=path or None,
+            key=f"kernels.{kind}[{index}].tiling" if index is not None else None,
+            path=path or None,
             fix="use smaller tiles (tiling.tile_tokens, tiling.kv_block), shard wider, "
             "or split the kernel",
         )
@@ -92,9 +95,13 @@ def cache_bytes(graph: Graph, wl: Workload) -> float:
     )
 
 
-def plan_hbm(layers: list[LayerProgram], hw: Hardware, wl: Workload, phase: str, snap_kv: int | None) -> HBMPlan:
+def plan_hbm(
+    layers: list[LayerProgram], hw: Hardware, wl: Workload, phase: str, snap_kv: int | None
+) -> HBMPlan:
     """Weights (shards), KV cache and inter-kernel workspace per socket."""
-    weights = sum(lp.count * sum(p.weight_bytes for k in lp.kernels for p in k.ops) for lp in layers)
+    weights = sum(
+        lp.count * sum(p.weight_bytes for k in lp.kernels for p in k.ops) for lp in layers
+    )
     kv = 0.0
     for lp in layers:
         if not any(p.kind == "attention" for k in lp.kernels for p in k.ops):
@@ -107,10 +114,18 @@ def plan_hbm(layers: list[LayerProgram], hw: Hardware, wl: Workload, phase: str,
             per_tok = cache_bytes(lp.graph, Workload(1, 1, 1))
             kv += lp.count * wl.batch * kept * per_tok / hw.sockets
     workspace = max(
-        (sum(p.hbm_write for k in lp.kernels for p in k.ops
-             if not any(lp.graph.tensors[t].kind == TensorKind.CACHE
-                        for t in lp.graph.ops[p.name].outputs))
-         for lp in layers),
+        (
+            sum(
+                p.hbm_write
+                for k in lp.kernels
+                for p in k.ops
+                if not any(
+                    lp.graph.tensors[t].kind == TensorKind.CACHE
+                    for t in lp.graph.ops[p.name].outputs
+                )
+            )
+            for lp in layers
+        ),
         default=0.0,
     )
     capacity = hw.socket.hbm.capacity_bytes * hw.calibration.hbm_usable_fraction

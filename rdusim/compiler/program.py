@@ -65,7 +65,9 @@ class Kernel:
 
     @property
     def sharding(self) -> str:
-        parts = sorted({f"{o.strategy}{o.degree}" if o.degree > 1 else "replicate" for o in self.ops})
+        parts = sorted(
+            {f"{o.strategy}{o.degree}" if o.degree > 1 else "replicate" for o in self.ops}
+        )
         return "+".join(parts)
 
     def op(self, name: str) -> OpPlan:

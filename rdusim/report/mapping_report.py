@@ -107,9 +107,18 @@ def render_op_timing(r: dict[str, Any]) -> str:
         for k in layer["kernels"]:
             if not k["op_timing"]:
                 continue
-            lines.append(f"{kind} / {k['name']}: {seconds(k['latency_s'])}, bottleneck {k['bottleneck']}")
+            lines.append(
+                f"{kind} / {k['name']}: {seconds(k['latency_s'])}, bottleneck {k['bottleneck']}"
+            )
             rows = [
-                [o["op"], o["pcus"], seconds(o["busy_s"]), seconds(o["hbm_s"]), seconds(o["stall_s"]), o["bound"]]
+                [
+                    o["op"],
+                    o["pcus"],
+                    seconds(o["busy_s"]),
+                    seconds(o["hbm_s"]),
+                    seconds(o["stall_s"]),
+                    o["bound"],
+                ]
                 for o in k["op_timing"]
             ]
             lines.append(table(["op", "PCUs", "busy", "HBM", "stall", "bound"], rows, "<>>>><"))

@@ -39,8 +39,11 @@ def mappings_dir() -> Path:
     cwd = Path.cwd() / "mappings"
     if cwd.is_dir():
         return cwd
-    raise SpecError("cannot find the mappings/ directory", key="mappings",
-                    fix="run from a checkout of rdusim (the paper's mappings live in mappings/)")
+    raise SpecError(
+        "cannot find the mappings/ directory",
+        key="mappings",
+        fix="run from a checkout of rdusim (the paper's mappings live in mappings/)",
+    )
 
 
 @dataclass
@@ -72,24 +75,43 @@ class Cell:
 
 def table4(hardware: Hardware | None = None) -> list[Cell]:
     pub = published()["table4"]
-    run = run_mapping(mappings_dir() / "r1_prefill.yaml", [f"seq_len={pub['seq_len']}"],
-                      hardware=hardware)
+    run = run_mapping(
+        mappings_dir() / "r1_prefill.yaml", [f"seq_len={pub['seq_len']}"], hardware=hardware
+    )
     layer = run.report["layers"]["moe"]
     shares = {k["name"]: 100.0 * k["share"] for k in layer["kernels"]}
     tol = pub["tolerance_points"]
     cells = [
-        Cell("table4", name, shares.get(name, 0.0), value, tol.get(name, tol["default"]), "%",
-             TABLE4_FITTED)
+        Cell(
+            "table4",
+            name,
+            shares.get(name, 0.0),
+            value,
+            tol.get(name, tol["default"]),
+            "%",
+            TABLE4_FITTED,
+        )
         for name, value in pub["shares_percent"].items()
     ]
     ss = shares.get("SnapKV Compression", 0.0) + shares.get("Streaming Ring Buffer", 0.0)
-    cells.append(Cell("table4", "SnapStream kernels (sum, must be below)", ss,
-                      pub["snapstream_kernels_below_percent"], 0.0, "%", False, bound="max"))
+    cells.append(
+        Cell(
+            "table4",
+            "SnapStream kernels (sum, must be below)",
+            ss,
+            pub["snapstream_kernels_below_percent"],
+            0.0,
+            "%",
+            False,
+            bound="max",
+        )
+    )
     return cells
 
 
-def table5_runs(hardware: Hardware | None = None,
-                only: tuple[int, bool] | None = None) -> list[dict[str, Any]]:
+def table5_runs(
+    hardware: Hardware | None = None, only: tuple[int, bool] | None = None
+) -> list[dict[str, Any]]:
     """Simulated Table 5 rows (`only`: one (seq_len, snapstream) cell, for fitting)."""
     rows = []
     for row in published()["table5"]["rows"]:
@@ -99,9 +121,11 @@ def table5_runs(hardware: Hardware | None = None,
         for ss in (False, True):
             if only is not None and ss != only[1]:
                 continue
-            rep = run_mapping(mappings_dir() / "r1_decode.yaml",
-                              [f"seq_len={row['seq_len']}", f"snapstream.enabled={str(ss).lower()}",
-                               "batch=max"], hardware=hardware).report
+            rep = run_mapping(
+                mappings_dir() / "r1_decode.yaml",
+                [f"seq_len={row['seq_len']}", f"snapstream.enabled={str(ss).lower()}", "batch=max"],
+                hardware=hardware,
+            ).report
             tag = "ss" if ss else "no_ss"
             out[f"batch_{tag}"] = rep["max_batch_size"]
             out[f"tput_{tag}"] = rep["throughput_tokens_per_s"]
@@ -119,28 +143,67 @@ def table5(hardware: Hardware | None = None) -> list[Cell]:
         s = row["seq_len"]
         label = f"{s // 1024}K"
         for tag, ss in (("no_ss", False), ("ss", True)):
-            cells.append(Cell("table5", f"{label} max batch ({'SnapStream' if ss else 'no SnapStream'})",
-                              sim[f"batch_{tag}"], row[f"batch_{tag}"], 0.0, "seqs", True))
+            cells.append(
+                Cell(
+                    "table5",
+                    f"{label} max batch ({'SnapStream' if ss else 'no SnapStream'})",
+                    sim[f"batch_{tag}"],
+                    row[f"batch_{tag}"],
+                    0.0,
+                    "seqs",
+                    True,
+                )
+            )
         for tag, ss in (("no_ss", False), ("ss", True)):
             p = row[f"tput_{tag}"]
-            cells.append(Cell("table5", f"{label} throughput ({'SnapStream' if ss else 'no SnapStream'})",
-                              sim[f"tput_{tag}"], p, tol["throughput_relative"] * p, "tokens/s",
-                              (s, ss) == TABLE5_FITTED_CELL or (s, ss) in TABLE5_SAME_AS_FITTED))
-        cells.append(Cell("table5", f"{label} improvement", sim["tput_ss"] / sim["tput_no_ss"],
-                          row["improvement"], tol["improvement_absolute"], "x", False))
+            cells.append(
+                Cell(
+                    "table5",
+                    f"{label} throughput ({'SnapStream' if ss else 'no SnapStream'})",
+                    sim[f"tput_{tag}"],
+                    p,
+                    tol["throughput_relative"] * p,
+                    "tokens/s",
+                    (s, ss) == TABLE5_FITTED_CELL or (s, ss) in TABLE5_SAME_AS_FITTED,
+                )
+            )
+        cells.append(
+            Cell(
+                "table5",
+                f"{label} improvement",
+                sim["tput_ss"] / sim["tput_no_ss"],
+                row["improvement"],
+                tol["improvement_absolute"],
+                "x",
+                False,
+            )
+        )
     return cells
 
 
-def prefill_overhead(seq_lens: tuple[int, ...] = (65536, 131072),
-                     hardware: Hardware | None = None) -> list[Cell]:
+def prefill_overhead(
+    seq_lens: tuple[int, ...] = (65536, 131072), hardware: Hardware | None = None
+) -> list[Cell]:
     """SnapStream's added time to first token (predicted; the paper says about 2-5%)."""
     lo, hi = published()["text"]["prefill_overhead_percent"]
     cells = []
     for s in seq_lens:
         on = run_mapping(mappings_dir() / "r1_prefill.yaml", [f"seq_len={s}"], hardware=hardware)
-        off = run_mapping(mappings_dir() / "r1_prefill.yaml",
-                          [f"seq_len={s}", "snapstream.enabled=false"], hardware=hardware)
+        off = run_mapping(
+            mappings_dir() / "r1_prefill.yaml",
+            [f"seq_len={s}", "snapstream.enabled=false"],
+            hardware=hardware,
+        )
         pct = 100.0 * (on.report["total_latency_s"] / off.report["total_latency_s"] - 1.0)
-        cells.append(Cell("text", f"prefill overhead at {s // 1024}K", pct, (lo + hi) / 2,
-                          (hi - lo) / 2, "%", False))
+        cells.append(
+            Cell(
+                "text",
+                f"prefill overhead at {s // 1024}K",
+                pct,
+                (lo + hi) / 2,
+                (hi - lo) / 2,
+                "%",
+                False,
+            )
+        )
     return cells

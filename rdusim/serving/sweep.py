@@ -102,8 +102,8 @@ def parse_value(text: str) -> Any:
 
 
 def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:
-    """One sweep row: the point's settings, headline results, and kernel latencies of the first
-    layer kind (columns `<kind>.<kernel>.latency_s`). A swept key that is also a result column
+    """One sweep row: the point's settings, headline results, and kernel latencies of the most
+    numerous layer kind (columns `<kind>.<kernel>.latency_s`). A swept key that is also a result column
     (`batch=16,max`) keeps the value as set; `max_batch_size` shows what `max` became."""
     hbm = report.get("hbm_bytes") or {}
     row: dict[str, Any] = {k: parse_value(v) for k, v in point}
@@ -120,7 +120,7 @@ def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:
     row |= {k: v for k, v in results.items() if k not in row}
     layers = report.get("layers") or {}
     if layers:
-        kind, layer = next(iter(layers.items()))
+        kind, layer = max(layers.items(), key=lambda kv: kv[1]["count"])
         for k in layer["kernels"]:
             row[f"{kind}.{k['name']}.latency_s"] = k["latency_s"]
     return row

@@ -49,14 +49,22 @@ class SimResult:
 
 def simulate(program: Program, hw: Hardware, *, trace: bool = False, sockets: int = 1) -> SimResult:
     layers = {
-        kind: LayerResult(kind, lp.count, lp.count,
-                          [simulate_kernel(k, hw, trace=trace, sockets=sockets) for k in lp.kernels])
+        kind: LayerResult(
+            kind,
+            lp.count,
+            lp.count,
+            [simulate_kernel(k, hw, trace=trace, sockets=sockets) for k in lp.kernels],
+        )
         for kind, lp in program.layers.items()
     }
     n_mtp = sum(1 for n in program.extras if n.startswith("mtp")) // 2
     extras = {}
     for name, lp in program.extras.items():
         runs = 1 + n_mtp if name == "head" and program.phase == "decode" else 1
-        extras[name] = LayerResult(name, 1, runs,
-                                   [simulate_kernel(k, hw, trace=trace, sockets=sockets) for k in lp.kernels])
+        extras[name] = LayerResult(
+            name,
+            1,
+            runs,
+            [simulate_kernel(k, hw, trace=trace, sockets=sockets) for k in lp.kernels],
+        )
     return SimResult(program, layers, extras)
