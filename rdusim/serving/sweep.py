@@ -120,7 +120,7 @@ def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:
     row |= {k: v for k, v in results.items() if k not in row}
     layers = report.get("layers") or {}
     if layers:
-        kind, layer = max(layers.items(), key=lambda kv: kv[1]["count"])
+        kind, layer = max(layers.items(), key=lambda kv: kv[1].get("count", 0))
         for k in layer["kernels"]:
             row[f"{kind}.{k['name']}.latency_s"] = k["latency_s"]
     return row

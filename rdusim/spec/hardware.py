@@ -8,31 +8,18 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PositiveFloat,
     PositiveInt,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 
 from rdusim.errors import SpecError
-from rdusim.spec.yamlio import load_model, reject_bools
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bools(cls, v: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        return reject_bools(v, field.annotation if field else None)
+from rdusim.spec.base import Strict
+from rdusim.spec.yamlio import load_model
 
 
 class Memory(Strict):

@@ -13,12 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     PositiveInt,
     Tag,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -27,19 +25,10 @@ from ruamel.yaml import YAML
 
 from rdusim.errors import SpecError
 from rdusim.snapstream.config import SnapStreamConfig
+from rdusim.spec.base import Strict
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.model import ModelSpec, load_model_config
-from rdusim.spec.yamlio import line_of, read_document, reject_bools, to_plain, validate
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bools(cls, v: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        return reject_bools(v, field.annotation if field else None)
+from rdusim.spec.yamlio import line_of, read_document, to_plain, validate
 
 
 class Sharding(Strict):
