@@ -13,6 +13,7 @@ from typing import Any
 
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
+from rdusim.errors import SpecError
 from rdusim.report.schema import build_report
 from rdusim.serving.capacity import max_batch
 from rdusim.sim.model import SimResult, simulate
@@ -57,6 +58,19 @@ def run_mapping(
         program = max_prog
     else:
         program = compile_mapping(rm)
+        if not program.hbm.fits:
+            hbm = program.hbm
+            raise SpecError(
+                f"batch {program.workload.batch} needs {hbm.used / 1e9:.1f} GB of HBM per socket "
+                f"(weights {hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}, workspace "
+                f"{hbm.workspace / 1e9:.1f}); {hbm.capacity / 1e9:.1f} GB are usable",
+                file=rm.source.file,
+                key="batch",
+                fix=f"use batch {capacity_batch} or less (`batch: max`), enable snapstream, "
+                "or shorten seq_len"
+                if capacity_batch
+                else "shorten seq_len or use more sockets",
+            )
     result = simulate(program, rm.hardware, trace=trace, sockets=sockets) if simulate_it else None
     extra: dict[str, Any] = {}
     if program.phase == "decode" and program.snapstream:

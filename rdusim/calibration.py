@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rdusim.serving.reproduce import Cell
     from rdusim.spec.hardware import Hardware
 
 FITTED_ON: dict[str, str] = {
@@ -40,22 +41,35 @@ BOUNDS = {
 }
 
 
-def residuals(hw: Hardware) -> list[float]:
-    """Normalised residuals of the fitted cells (Table 4 shares, one Table 5 throughput)."""
-    from rdusim.serving.reproduce import TABLE5_FITTED_CELL, published, table4, table5_runs
+def fit_cells(hw: Hardware) -> list[Cell]:
+    """The cells the fit matches: the fitted Table 4 shares and one Table 5 throughput."""
+    from rdusim.serving.reproduce import TABLE5_FITTED_CELL, Cell, published, table4, table5_runs
 
-    out: list[float] = []
-    for c in table4(hw):
-        if c.fitted:
-            out.append(c.deviation / c.tolerance)
+    cells = [c for c in table4(hw) if c.fitted]
     seq, ss = TABLE5_FITTED_CELL
-    row = next(r for r in published()["table5"]["rows"] if r["seq_len"] == seq)
+    t5 = published()["table5"]
+    row = next(r for r in t5["rows"] if r["seq_len"] == seq)
     sim = next(r for r in table5_runs(hw, only=(seq, ss)) if r["seq_len"] == seq)
     tag = "ss" if ss else "no_ss"
     pub = row[f"tput_{tag}"]
-    tol = published()["table5"]["tolerance"]["throughput_relative"] * pub
-    out.append((sim[f"tput_{tag}"] - pub) / tol)
-    return out
+    label = f"{seq // 1024}K throughput ({'SnapStream' if ss else 'no SnapStream'})"
+    cells.append(
+        Cell(
+            "table5",
+            label,
+            sim[f"tput_{tag}"],
+            pub,
+            t5["tolerance"]["throughput_relative"] * pub,
+            "tokens/s",
+            True,
+        )
+    )
+    return cells
+
+
+def residuals(hw: Hardware) -> list[float]:
+    """Normalised residuals of the fitted cells: each cell's deviation / tolerance."""
+    return [c.deviation / c.tolerance for c in fit_cells(hw)]
 
 
 def fit(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,12 +15,32 @@ if TYPE_CHECKING:
     from rdusim.spec.hardware import Hardware
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file so that nothing is left half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_atomic(path: Path, text: str, *, key: str, dir_fix: str) -> None:
+    """Write via a temporary file so that nothing is left half-written.
+
+    A path that is an existing directory, or one that cannot be written (no permission, a parent
+    that cannot be created), is a `SpecError` on option `key`; the temporary file never outlives
+    a failure. `dir_fix` is the advice when `path` is a directory.
+    """
+    if path.is_dir():
+        raise SpecError("is a directory, not a file", file=str(path), key=key, fix=dir_fix)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise SpecError(
+                f"cannot write the file: {exc.strerror or exc}",
+                file=str(path),
+                key=key,
+                fix="check that its directory exists or can be created, and that you may "
+                "write there",
+            ) from None
+        raise
 
 
 def dump_json(data: Any) -> str:
@@ -36,14 +57,24 @@ def _cmd_map(args: argparse.Namespace) -> int:
         from rdusim.sim.trace import chrome_trace
 
         assert run.result is not None
-        _write_atomic(Path(args.trace), json.dumps(chrome_trace(run.result)))
+        _write_atomic(
+            Path(args.trace),
+            json.dumps(chrome_trace(run.result)),
+            key="--trace",
+            dir_fix=f"name a file to write, e.g. --trace {Path(args.trace) / 'trace.json'}",
+        )
     if args.out:
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise SpecError(
                 "exists and is not a directory", file=str(out), key="--out", fix="name a directory"
             )
-        _write_atomic(out / "report.json", dump_json(report))
+        _write_atomic(
+            out / "report.json",
+            dump_json(report),
+            key="--out",
+            dir_fix="remove that directory or name another --out directory",
+        )
     if args.json:
         print(dump_json(report), end="")
     else:
@@ -142,33 +173,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0 if all(c.within for c in cells) else 1
 
 
-def fit_cells(hw: Hardware) -> list[Cell]:
-    """The cells `rdusim.calibration.fit` fits, as Cells (their deviation / tolerance are the
-    residuals it minimises)."""
-    from rdusim.serving.reproduce import TABLE5_FITTED_CELL, Cell, published, table4, table5_runs
-
-    cells = [c for c in table4(hw) if c.fitted]
-    seq, ss = TABLE5_FITTED_CELL
-    t5 = published()["table5"]
-    row = next(r for r in t5["rows"] if r["seq_len"] == seq)
-    sim = table5_runs(hw, only=(seq, ss))[0]
-    tag = "ss" if ss else "no_ss"
-    pub = row[f"tput_{tag}"]
-    label = f"{seq // 1024}K throughput ({'SnapStream' if ss else 'no SnapStream'})"
-    cells.append(
-        Cell(
-            "table5",
-            label,
-            sim[f"tput_{tag}"],
-            pub,
-            t5["tolerance"]["throughput_relative"] * pub,
-            "tokens/s",
-            True,
-        )
-    )
-    return cells
-
-
 def _hardware_source(name_or_path: str) -> Path:
     from rdusim.spec.hardware import PRESETS, preset_path
 
@@ -193,7 +197,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from rdusim.calibration import FITTED_ON, FITTED_PARAMS, fit, with_calibration
+    from rdusim.calibration import FITTED_ON, FITTED_PARAMS, fit, fit_cells, with_calibration
     from rdusim.report.tables import (
         format_param,
         patch_calibration,

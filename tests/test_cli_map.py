@@ -186,6 +186,54 @@ def test_out_must_be_a_directory(run_cli, mappings_dir, tmp_path):
     assert_user_error(result, blocker, "--out")
 
 
+def _leftover_temporaries(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_trace_into_an_existing_directory_is_a_user_error(run_cli, mappings_dir, tmp_path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    result = run_cli(
+        ["map", mappings_dir / "r1_prefill.yaml", "--set", "seq_len=16384", "--trace", traces]
+    )
+    err = assert_user_error(result, traces, "--trace", "is a directory", "trace.json")
+    assert "IsADirectoryError" not in err
+    assert traces.is_dir() and not any(traces.iterdir())
+    assert _leftover_temporaries(tmp_path) == []
+
+
+def test_trace_that_cannot_be_written_is_a_user_error(run_cli, mappings_dir, tmp_path):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x", encoding="utf-8")
+    trace = blocker / "trace.json"  # its parent is a file: the directory cannot be created
+    result = run_cli(
+        ["map", mappings_dir / "r1_prefill.yaml", "--set", "seq_len=16384", "--trace", trace]
+    )
+    assert_user_error(result, trace, "--trace", "cannot write")
+    assert blocker.read_text(encoding="utf-8") == "x"
+    assert _leftover_temporaries(tmp_path) == []
+
+
+def test_report_json_that_is_a_directory_is_a_user_error(run_cli, mappings_dir, tmp_path):
+    out_dir = tmp_path / "run"
+    (out_dir / "report.json").mkdir(parents=True)
+    result = run_cli(
+        ["map", mappings_dir / "r1_prefill.yaml", "--set", "seq_len=16384", "--out", out_dir]
+    )
+    assert_user_error(result, out_dir / "report.json", "--out", "is a directory")
+    assert _leftover_temporaries(tmp_path) == []
+
+
+def test_trace_writes_a_chrome_trace(run_cli, mappings_dir, tmp_path):
+    trace = tmp_path / "deep" / "trace.json"  # missing parents are created
+    code, _, err = run_cli(
+        ["map", mappings_dir / "r1_prefill.yaml", "--set", "seq_len=16384", "--trace", trace]
+    )
+    assert code == 0, err
+    assert json.loads(trace.read_text(encoding="utf-8"))
+    assert _leftover_temporaries(tmp_path) == []
+
+
 # --------------------------------------------------------------------------------------------
 # user errors
 

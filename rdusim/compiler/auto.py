@@ -13,6 +13,8 @@ from collections.abc import Callable
 from rdusim.ir.graph import Graph
 from rdusim.spec.mapping import KernelSpec, Sharding, Tiling
 
+# A greedy kernel closes when its SRAM estimate would pass this fraction of a socket's SRAM,
+# leaving headroom for the estimate's error (the compiler still checks the full budget).
 SRAM_BUDGET_FRACTION = 0.6
 
 

@@ -17,7 +17,13 @@ from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import KernelSpec, ResolvedMapping, Sharding, snapstream_sizes
 
+# Rows of a streamed prefill tile unless a kernel's `tiling.tile_tokens` says otherwise: large
+# enough to keep a 32x6 systolic PCU busy, small enough that a kernel's double buffers stay well
+# inside SRAM (the paper's kernels use 35-290 MB of 520 MB with it).
 DEFAULT_TILE_TOKENS = 2048
+# A decode step's activations are a few rows; its kernels stream weight chunks, simulated as this
+# many pipeline steps (the same resolution as MAX_SIM_TILES).
+DECODE_TILES = 64
 
 
 def workload_for(phase: str, batch: int, seq_len: int, ss: SnapStreamConfig | None) -> Workload:
@@ -31,7 +37,7 @@ def _tiles(fk_spec: KernelSpec, wl: Workload, sockets: int, phase: str) -> tuple
     """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode
     streams weight chunks, so it is cut into a fixed number of pipeline steps."""
     if phase == "decode":
-        return 64, wl.tokens
+        return DECODE_TILES, wl.tokens
     tile = fk_spec.tiling.tile_tokens or DEFAULT_TILE_TOKENS
     return max(1, math.ceil(wl.tokens / tile)), tile
 
@@ -46,7 +52,13 @@ def build_kernels(
     check: bool = True,
 ) -> list[Kernel]:
     sharded = shard(
-        graph, fused, kind, wl, hw.sockets, {fk.spec.name: fk.spec.tiling.kv_block for fk in fused}
+        graph,
+        fused,
+        kind,
+        wl,
+        hw.sockets,
+        {fk.spec.name: fk.spec.tiling.kv_block for fk in fused},
+        hw.links.topology,
     )
     kernels: list[Kernel] = []
     for fk in fused:
@@ -126,11 +138,10 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         extras: dict[str, LayerProgram] = {}
         extra_graphs = {"embedding": graphs.embedding, "head": graphs.head}
         if spec.phase == "decode":
-            for i, g in enumerate(graphs.mtp):
-                extra_graphs[f"mtp{i}"] = g
+            extra_graphs.update(graphs.mtp)
         for name, g in extra_graphs.items():
             ewl = wl if name != "head" or spec.phase == "decode" else Workload(b, 1, 1)
-            if name == "mtp1" and spec.kernels != "auto" and "moe" in spec.kernels:
+            if name.endswith("_layer") and spec.kernels != "auto" and "moe" in spec.kernels:
                 # the MTP module's decoder layer is a MoE layer: map it like the others
                 kspecs = spec.kernels["moe"]
             else:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph
 from rdusim.spec.mapping import KernelSpec
+from rdusim.spec.yamlio import dotted
 
 
 @dataclass(frozen=True)
@@ -20,13 +21,6 @@ class FusedKernel:
 
 def _where(kind: str, i: int, *rest: str | int) -> tuple[str | int, ...]:
     return ("kernels", kind, i, *rest)
-
-
-def _dotted(path: tuple[str | int, ...]) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else ("." if out else "") + p
-    return out
 
 
 def fuse(
@@ -48,7 +42,7 @@ def fuse(
                 path = _where(kind, i, "ops", j)
                 raise SpecError(
                     f"no op named {pattern!r} in the {kind} layer",
-                    key=_dotted(path),
+                    key=dotted(path),
                     path=path,
                     fix="use an op name from `rdusim model MODEL --phase PHASE` (patterns like "
                     "'q_*' are allowed)",
@@ -58,7 +52,7 @@ def fuse(
                     path = _where(kind, i, "ops", j)
                     raise SpecError(
                         f"op {n!r} is already in kernel {kernels[owner[n]].name!r}",
-                        key=_dotted(path),
+                        key=dotted(path),
                         path=path,
                         fix="list each op in exactly one kernel",
                     )
@@ -71,7 +65,7 @@ def fuse(
         path = ("kernels", kind)
         raise SpecError(
             f"ops in no kernel: {', '.join(missing)}",
-            key=_dotted(path),
+            key=dotted(path),
             path=path,
             fix="add them to a kernel's ops (or a pattern that matches them)",
         )
@@ -81,7 +75,7 @@ def fuse(
             raise SpecError(
                 f"op {dst!r} in kernel {kernels[owner[dst]].name!r} needs {src!r}, which runs "
                 f"later in kernel {kernels[owner[src]].name!r}",
-                key=_dotted(path),
+                key=dotted(path),
                 path=path,
                 fix="move one of them, or reorder the kernels",
             )

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from rdusim.compiler.program import HBMPlan, Kernel, LayerProgram
+from rdusim.compiler.sharding import cache_share
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph, TensorKind, Workload
 from rdusim.spec.hardware import Hardware
 
 # A blocking op (softmax over a whole row, a sort) holds its entire input before emitting; an
-# input larger than this fraction of SRAM is spilled: written to HBM and read back.
+# input larger than this fraction of SRAM is spilled: written to HBM and read back. A quarter
+# leaves the rest of the chip to the kernel's other stages (which stream, double-buffered).
 SPILL_FRACTION = 0.25
 
 # Weights up to this size stay resident in SRAM for the kernel; larger ones stream through a
 # double buffer one matrix (an expert's or head's slice) or one tile-sized chunk at a time.
+# 16 MB is 32 PMUs' worth (3% of SRAM): every per-socket shard of R1's attention projections fits,
+# no expert bank does.
 RESIDENT_WEIGHT_BYTES = 16e6
 
 
@@ -72,17 +76,11 @@ def check_sram(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> No
 
 
 def kv_share(layer: LayerProgram, sockets: int, wl: Workload) -> float:
-    """Fraction of the layer's KV cache one socket stores: DP attention keeps its own sequences;
-    head-split attention over a cache shared by all heads (MLA) must keep all of it."""
+    """Fraction of the layer's KV cache one socket stores (see `sharding.cache_share`)."""
     for k in layer.kernels:
         for p in k.ops:
             if p.kind == "attention":
-                op = layer.graph.ops[p.name]
-                if p.strategy == "dp":
-                    return -(-wl.batch // p.degree) / wl.batch
-                if p.strategy == "tp" and not op.attrs.get("shared_kv"):
-                    return 1.0 / p.degree
-                return 1.0
+                return cache_share(layer.graph.ops[p.name], p.strategy, p.degree, wl.batch)
     return 1.0 / sockets
 
 

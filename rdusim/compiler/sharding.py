@@ -15,12 +15,13 @@ import fnmatch
 import math
 from dataclasses import dataclass
 
-from rdusim.compiler.fusion import FusedKernel, _dotted
+from rdusim.compiler.fusion import FusedKernel
 from rdusim.compiler.program import Collective, OpPlan
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
 from rdusim.ir.graph import Graph, Op, TensorKind, TPMode, Workload
 from rdusim.spec.mapping import Sharding
+from rdusim.spec.yamlio import dotted
 
 _CONVERSIONS = {
     ("T", "R"): "all-gather",
@@ -42,15 +43,18 @@ _TARGET = {
 }
 
 
-def collective_cost(kind: str, nbytes: float, d: int) -> tuple[float, int]:
+def collective_cost(
+    kind: str, nbytes: float, d: int, topology: str = "all-to-all"
+) -> tuple[float, int]:
     """Bytes each socket sends, and sequential steps (hops), over d sockets.
 
-    Bandwidth-optimal volumes; steps of recursive halving/doubling (log2 d per phase), which
-    have the same volume as a ring but far fewer hops. All-to-all is a pairwise exchange.
+    Volumes are the bandwidth-optimal ones. On a ring each phase takes d-1 hops; where every
+    socket reaches every other ("all-to-all" links), recursive halving/doubling needs log2(d)
+    hops a phase for the same volume. All-to-all itself is a pairwise exchange (d-1 hops).
     """
     if d <= 1:
         return 0.0, 0
-    hops = math.ceil(math.log2(d))
+    hops = d - 1 if topology == "ring" else math.ceil(math.log2(d))
     if kind == "all-reduce":
         return 2 * nbytes * (d - 1) / d, 2 * hops
     if kind in ("all-gather", "reduce-scatter"):
@@ -81,7 +85,7 @@ def _op_sharding(sh: Sharding, path: tuple[str | int, ...]) -> OpSharding:
 
 
 def _error(msg: str, sh: OpSharding, fix: str) -> SpecError:
-    return SpecError(msg, key=_dotted(sh.path), path=sh.path, fix=fix)
+    return SpecError(msg, key=dotted(sh.path), path=sh.path, fix=fix)
 
 
 def _check_divisible(op: Op, sh: OpSharding, wl: Workload, sockets: int) -> None:
@@ -165,10 +169,30 @@ def _required(
     return [first] * n, first
 
 
+def cache_share(op: Op, strategy: str, degree: int, batch: int) -> float:
+    """Fraction of an attention op's KV cache one socket holds and reads.
+
+    DP keeps each socket's own sequences (ceil(B/d) of B). A head split over a cache that all
+    heads share (MLA's latent) needs all of it; over GQA/MHA heads, a socket holds whole KV heads,
+    so the cache splits at most `kv_heads` ways.
+    """
+    if strategy == "dp":
+        return math.ceil(batch / degree) / batch
+    if strategy == "tp":
+        if op.attrs.get("shared_kv"):
+            return 1.0
+        kv_heads = op.attrs.get("kv_heads") or op.attrs.get("heads") or degree
+        return 1.0 / min(degree, kv_heads)
+    return 1.0
+
+
 def _share(layout: str, d: int, units: int) -> float:
-    """Fraction of a tensor one socket holds in `layout` (uneven splits round up)."""
+    """Fraction of a tensor one socket holds in `layout`: whole for R and P, 1/d of the features
+    for F, and ceil(units/d) of `units` tokens (or sequences) for T, since a split rounds up."""
     if layout in ("R", "P") or d <= 1:
         return 1.0
+    if layout == "F":
+        return 1.0 / d
     return math.ceil(units / d) / units if units >= 1 else 1.0 / d
 
 
@@ -187,12 +211,14 @@ def shard(
     wl: Workload,
     sockets: int,
     tiling_kv_block: dict[str, int | None],
+    topology: str = "all-to-all",
 ) -> ShardedLayer:
     """Split every op of a fused layer over the sockets and insert the collectives it needs."""
     kernel_of = {n: fk for fk in fused for n in fk.ops}
     seq_parallel = wl.seq > 1
     env = wl.env()
     layouts: dict[str, str] = {}
+    degrees: dict[str, int] = {}  # sockets a tensor's split (or partial sums) spans
     # the layer input arrives in the layout the previous layer leaves its output in
     layer_in = graph.graph_inputs()
     for t in layer_in:
@@ -221,11 +247,14 @@ def shard(
                 tensor = graph.tensors[t]
                 if tensor.kind == TensorKind.CACHE:
                     continue
-                if h != r and (h, r) in _CONVERSIONS and d > 1:
+                # a split or partial tensor spans its producer's sockets: converting it for a
+                # consumer with another (or no) split involves all of them
+                dc = max(d, degrees.get(t, 1) if h != "R" else 1)
+                if h != r and (h, r) in _CONVERSIONS and dc > 1:
                     key = (t, r)
                     if key not in converted:
                         ck = _CONVERSIONS[(h, r)]
-                        nbytes, steps = collective_cost(ck, tensor.nbytes(env), d)
+                        nbytes, steps = collective_cost(ck, tensor.nbytes(env), dc, topology)
                         converted[key] = len(colls)
                         src = graph.producer.get(t)
                         colls.append(Collective(ck, t, nbytes, steps, src, op.name))
@@ -243,8 +272,10 @@ def shard(
             # caches and explicit read shapes (gathers, cache reads) come straight from HBM
             cache_read = 0.0
             if "read_shape" in op.attrs:
-                split_cache = not (op.attrs.get("shared_kv") and sh.strategy == "tp")
-                cache_read = costs.bytes_read(op, graph, wl) * (frac if split_cache else 1.0)
+                share = (
+                    cache_share(op, sh.strategy, d, wl.batch) if op.kind == "attention" else frac
+                )
+                cache_read = costs.bytes_read(op, graph, wl) * share
                 if op.kind in ("gather", "gemm"):
                     hbm_read = 0.0  # the read shape replaces the whole-tensor reads
             kvb = tiling_kv_block.get(fk.spec.name)
@@ -290,6 +321,7 @@ def shard(
             )
             for t in op.outputs:
                 layouts[t] = out
+                degrees[t] = d
         # a collective hosted by its producer's kernel converts the tensor before it leaves the
         # chip, so what the producer writes to HBM is the converted layout's share
         for c in colls:
@@ -308,4 +340,5 @@ def shard(
         for t in layer_in:
             if graph.tensors[t].kind != TensorKind.CACHE:
                 layouts[t] = final
+                degrees[t] = degrees.get(outs[0], 1) if outs else 1
     return ShardedLayer(plans, colls, host, layouts)

@@ -25,7 +25,8 @@ class ModelGraphs:
     layer_counts: dict[str, int]
     embedding: Graph
     head: Graph
-    mtp: list[Graph] = field(default_factory=list)  # MTP modules: projection + one layer each
+    # MTP modules, each a projection graph and one MoE decoder layer: {"mtp0_proj": g, "mtp0_layer": g}
+    mtp: dict[str, Graph] = field(default_factory=dict)
 
 
 def _builders(cfg: ModelSpec) -> ModuleType:
@@ -43,10 +44,12 @@ def build_model(
     mod = _builders(cfg)
     counts = layer_counts(cfg)
     layers = {kind: mod.build_layer(cfg, kind, phase, snapstream) for kind in counts}
-    mtp: list[Graph] = []
+    mtp: dict[str, Graph] = {}
     if isinstance(cfg, DeepSeekV3Config) and cfg.num_nextn_predict_layers:
         # the MTP module is one projection plus one MoE decoder layer (it shares embedding + head)
-        mtp = [deepseek.build_mtp_projection(cfg), deepseek.build_layer(cfg, "moe", phase)]
+        for i in range(cfg.num_nextn_predict_layers):
+            mtp[f"mtp{i}_proj"] = deepseek.build_mtp_projection(cfg)
+            mtp[f"mtp{i}_layer"] = deepseek.build_layer(cfg, "moe", phase)
     return ModelGraphs(
         cfg, phase, layers, counts, mod.build_embedding(cfg), mod.build_head(cfg), mtp
     )
@@ -113,12 +116,12 @@ def summarize(cfg: ModelSpec) -> ModelSummary:
         family=cfg.model_type,
         params_total=total,
         params_active=active,
-        params_mtp=sum(m.weight_params() for m in g.mtp),
+        params_mtp=sum(m.weight_params() for m in g.mtp.values()),
         params_embedding=emb,
         kv_bytes_per_token=kv,
         num_layers=dict(g.layer_counts),
         weight_bytes=wbytes,
-        weight_bytes_mtp=sum(m.weight_bytes() for m in g.mtp),
+        weight_bytes_mtp=sum(m.weight_bytes() for m in g.mtp.values()),
     )
 
 

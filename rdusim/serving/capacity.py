@@ -3,7 +3,7 @@
 Rule: a static-graph deployment compiles one decode graph per batch size, and we take batch
 sizes that are powers of two (the paper's 16 ... 256), so the maximum is the largest power of
 two whose plan (weight shards + the KV cache of the sequences each socket holds + workspace)
-fits in the usable HBM of every socket.
+fits in the usable HBM of every socket (and whose kernels fit in SRAM).
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ def max_batch(rm: ResolvedMapping) -> tuple[int, Program]:
     best: tuple[int, Program] | None = None
     b = 1
     while b <= MAX_BATCH:
-        prog = compile_mapping(rm, batch=b)
+        try:
+            prog = compile_mapping(rm, batch=b)
+        except SpecError:
+            if best is None:
+                raise  # the mapping itself is wrong: report it
+            break  # a larger batch overflows a kernel's SRAM: it does not fit either
         if not prog.hbm.fits:
             break
         best = (b, prog)

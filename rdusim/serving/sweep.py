@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-
 from rdusim.errors import RdusimError, SpecError
+from rdusim.spec.yamlio import parse_value
 
 RESULT_COLUMNS = (
     "batch",
@@ -90,15 +89,6 @@ def overrides(point: Point) -> list[str]:
 
 def describe(point: Point) -> str:
     return ", ".join(f"{k}={v}" for k, v in point) or "(no --set)"
-
-
-def parse_value(text: str) -> Any:
-    """A --set value as the mapping reads it (YAML scalar: 8192 -> int, true -> bool)."""
-    try:
-        value = YAML(typ="safe").load(text)
-    except Exception:
-        return text
-    return value if isinstance(value, bool | int | float | str) else text
 
 
 def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:

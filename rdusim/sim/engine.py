@@ -21,6 +21,10 @@ from rdusim.compiler.allocate import efficiency
 from rdusim.compiler.program import Collective, Kernel
 from rdusim.spec.hardware import Hardware
 
+# Tiles simulated per kernel at most. Real tiles are fine-grained, so a pipeline's fill and drain
+# are a small fraction of a kernel; with T simulated tiles and S stages they cost ~S/T of it.
+# 64 keeps that under a few percent for the paper's kernels while a full R1 prefill simulates in
+# about 0.1 s (benchmarks/). A modelling resolution, not a fitted value.
 MAX_SIM_TILES = 64
 
 

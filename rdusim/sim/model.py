@@ -57,7 +57,7 @@ def simulate(program: Program, hw: Hardware, *, trace: bool = False, sockets: in
         )
         for kind, lp in program.layers.items()
     }
-    n_mtp = sum(1 for n in program.extras if n.startswith("mtp")) // 2
+    n_mtp = sum(1 for n in program.extras if n.startswith("mtp") and n.endswith("_layer"))
     extras = {}
     for name, lp in program.extras.items():
         runs = 1 + n_mtp if name == "head" and program.phase == "decode" else 1

@@ -1,9 +1,15 @@
 """SnapStream's ops in the IR: the prefill ring-buffer construction and SnapKV compression.
 
-These are the ops of the paper's two extra prefill kernels (§4.1, Fig. 5), for MLA's shared
-latent cache: the "key" and "value" pair of the paper's listings becomes the latent and the rope
-key, and the selection is one per layer (scores summed over heads), because all heads share the
-latent. Shapes use `E`, the eviction candidates between the sink and the recent window.
+These are the ops of the paper's two extra prefill kernels (§4.1, Fig. 5), built for any pair
+of per-token caches (`names` suffixes the op and tensor names):
+
+- MLA (DeepSeek): the "key" and "value" of the paper's listings are the shared latent and the
+  rope key (`_latent`, `_rope`); all heads share the latent, so a layer makes one selection
+  (scores summed over all heads).
+- MHA/GQA (Llama): the key and value caches (`_k`, `_v`); each KV head makes its own selection
+  (scores summed over the query heads of its group).
+
+Shapes use `E`, the eviction candidates between the sink and the recent window.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ def decode_update_sram(program: Program, model: ModelSpec) -> dict[str, float | 
     `ring` is the kernel as compiled (its cache write is the ring-buffer scatter); `naive` is the
     same kernel with the naive update's slices, concatenation and `where` copy materialised.
     """
-    layer = next(iter(program.layers.values()))
+    layer = max(program.layers.values(), key=lambda lp: lp.count)  # the most numerous kind
     graph = layer.graph
     row = sum(
         t.nbytes({"B": 1, "S": 1, "T": 1, "E": 1})

@@ -21,14 +21,13 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
-from ruamel.yaml import YAML
 
 from rdusim.errors import SpecError
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.base import Strict
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.model import ModelSpec, load_model_config
-from rdusim.spec.yamlio import line_of, read_document, to_plain, validate
+from rdusim.spec.yamlio import line_of, parse_value, read_document, to_plain, validate
 
 
 class Sharding(Strict):
@@ -213,14 +212,6 @@ class ResolvedMapping:
     source: Source
 
 
-def _parse_value(text: str) -> Any:
-    yaml = YAML(typ="safe")
-    try:
-        return yaml.load(text)
-    except Exception:
-        return text
-
-
 def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> dict[str, Any]:
     """Apply `--set key.path=value` overrides to plain mapping data, checking every path."""
     for item in overrides:
@@ -246,7 +237,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> di
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise SpecError(f"{p} is not a section", key=f"--set {key}", fix="check the path")
-        node[parts[-1]] = _parse_value(value)
+        node[parts[-1]] = parse_value(value)
     return data
 
 
@@ -299,4 +290,36 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
             ) from None
         raise
     model = load_model_config(model_path)
+    _check_workload(spec, model, file, doc)
     return ResolvedMapping(spec, model, hardware, Source(file, doc))
+
+
+def _check_workload(spec: MappingSpec, model: ModelSpec, file: str, doc: Any) -> None:
+    """Checks that need the model too: what `batch: max` and `tokens_per_step` may mean."""
+    if spec.batch == "max" and spec.phase != "decode":
+        raise SpecError(
+            "batch 'max' (the largest batch that fits in HBM) applies to decode only",
+            file=file,
+            key="batch",
+            line=line_of(doc, ("batch",)),
+            fix="give a number (prefill runs one prompt at a time: batch 1)",
+        )
+    drafts = getattr(model, "num_nextn_predict_layers", 0)
+    if spec.phase == "decode" and spec.tokens_per_step > 1 and drafts == 0:
+        raise SpecError(
+            f"tokens_per_step {spec.tokens_per_step:g} needs a draft model, and "
+            f"{model.name} has no MTP module",
+            file=file,
+            key="tokens_per_step",
+            line=line_of(doc, ("tokens_per_step",)),
+            fix="set tokens_per_step: 1",
+        )
+    if spec.seq_len > model.max_position_embeddings:
+        raise SpecError(
+            f"seq_len {spec.seq_len} exceeds the model's max_position_embeddings "
+            f"({model.max_position_embeddings})",
+            file=file,
+            key="seq_len",
+            line=line_of(doc, ("seq_len",)),
+            fix="use a shorter sequence",
+        )

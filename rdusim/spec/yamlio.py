@@ -90,6 +90,16 @@ def dotted(path: tuple[str | int, ...]) -> str:
     return out
 
 
+def parse_value(text: str) -> Any:
+    """A `--set` value as YAML reads a scalar: `8192` -> int, `0.5` -> float, `true` -> bool;
+    anything else (a word, a list, a mapping, null, malformed YAML) stays the text as given."""
+    try:
+        value = YAML(typ="safe").load(text)
+    except Exception:
+        return text
+    return value if isinstance(value, bool | int | float | str) else text
+
+
 _FIXES = {
     "missing": "add the key",
     "extra_forbidden": "remove the key or check its spelling",

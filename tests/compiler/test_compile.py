@@ -189,8 +189,8 @@ def test_prefill_program_layers_and_extras():
 def test_decode_program_maps_the_mtp_layer_like_moe_layers():
     rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["batch=16", "seq_len=8192"])
     prog = compile_mapping(rm)
-    assert set(prog.extras) == {"embedding", "head", "mtp0", "mtp1"}
-    assert [k.name for k in prog.extras["mtp1"].kernels] == ["MLA", "FFN"]
+    assert set(prog.extras) == {"embedding", "head", "mtp0_proj", "mtp0_layer"}
+    assert [k.name for k in prog.extras["mtp0_layer"].kernels] == ["MLA", "FFN"]
     assert prog.kv_len == 2048 and prog.workload == Workload(16, 1, 2048)
     assert prog.tokens_per_step == 2.4
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rdusim.compiler.fusion import _dotted, fuse
+from rdusim.compiler.fusion import fuse
 from rdusim.errors import SpecError
 from rdusim.ir.builders import deepseek
 from rdusim.snapstream.config import SnapStreamConfig
@@ -28,7 +28,7 @@ def moe_plain(r1):
 
 
 def paper_kernels() -> list[KernelSpec]:
-    """The seed paper's seven kernels of a prefill MoE layer (as in mappings/r1_prefill.yaml)."""
+    """The SnapStream paper's seven kernels of a prefill MoE layer (as in mappings/r1_prefill.yaml)."""
     return [
         K("QKV", "attn_norm", "q_*", "kv_a_*", "rope_*", "kv_cache_write", "kv_b_proj"),
         K("Streaming Ring Buffer", "ring_*"),
@@ -134,8 +134,3 @@ def test_known_names_do_not_excuse_real_typos(moe, moe_plain):
     with pytest.raises(SpecError) as info:
         fuse(moe_plain, kernels, "moe", known)
     assert info.value.key == "kernels.moe[6].ops[2]"
-
-
-def test_dotted_key_paths():
-    assert _dotted(("kernels", "moe", 3, "ops", 1)) == "kernels.moe[3].ops[1]"
-    assert _dotted(("kernels", "dense")) == "kernels.dense"

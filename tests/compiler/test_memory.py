@@ -57,19 +57,14 @@ def test_r1_decode_weights_and_budget(r1_decode_64):
     assert hbm.workspace > 0 and hbm.fits
 
 
-def test_max_batch_is_the_largest_power_of_two_that_fits():
-    rm = load_mapping(MAPPINGS / "r1_decode.yaml")
-    b, prog = max_batch(rm)
-    assert b & (b - 1) == 0
-    assert prog.workload.batch == b and prog.hbm.fits
-    assert not compile_mapping(rm, batch=2 * b).hbm.fits
-    # without SnapStream the full-length cache leaves room for fewer sequences
-    plain, _ = max_batch(load_mapping(MAPPINGS / "r1_decode.yaml", ["snapstream.enabled=false"]))
-    assert plain < b
-
-
 def test_max_batch_reports_when_nothing_fits():
-    rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["seq_len=1048576", "snapstream.enabled=false"])
+    from dataclasses import replace
+
+    from rdusim.calibration import with_calibration
+
+    rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["snapstream.enabled=false"])
+    # leave the runtime only half of HBM: the 44 GB of weight shards alone no longer fit
+    rm = replace(rm, hardware=with_calibration(rm.hardware, hbm_usable_fraction=0.5))
     with pytest.raises(SpecError) as info:
         max_batch(rm)
     assert info.value.key == "batch" and "batch 1" in info.value.problem
@@ -85,9 +80,18 @@ def test_prefill_keeps_the_compressed_prompt_cache(r1):
     assert full.hbm.kv_cache == pytest.approx(4 * prog.hbm.kv_cache, rel=1e-12)
 
 
-def test_hbm_plan_fits():
+def test_hbm_plan_fits(r1_decode_64):
+    # the budget is the usable fraction of the 64 GB per socket; an exact fill still fits
     assert HBMPlan(10.0, 4.0, 3.0, 3.0).fits
     assert not HBMPlan(10.0, 4.0, 3.0, 3.5).fits
+    hbm = r1_decode_64.hbm
+    assert hbm.capacity == pytest.approx(64e9 * HW.calibration.hbm_usable_fraction, rel=1e-15)
+    assert hbm.used == pytest.approx(hbm.weights + hbm.kv_cache + hbm.workspace, rel=1e-15)
+    assert hbm.fits and hbm.used <= hbm.capacity
+    # a batch whose cache cannot fit: 64x the sequences, 64x the cache of batch 64
+    big = compile_mapping(load_mapping(MAPPINGS / "r1_decode.yaml", ["batch=4096"])).hbm
+    assert big.kv_cache == pytest.approx(64 * hbm.kv_cache, rel=1e-12)
+    assert big.used > big.capacity and not big.fits
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,9 +118,10 @@ def test_kv_share_by_attention_split(r1, llama8b):
     )
     # MLA's latent is shared by all heads: head-split attention keeps the whole cache
     assert kv_share(layer_program(g, "moe", "decode", wl), 16, wl) == 1.0
-    # GQA: head-split attention keeps its heads' share
     gl = llama.build_layer(llama8b, "dense", "decode")
-    assert kv_share(layer_program(gl, "dense", "decode", wl), 16, wl) == 1 / 16
+    # GQA: a socket holds whole KV heads, so Llama-8B's 8 KV heads split at most 8 ways
+    assert llama8b.num_key_value_heads == 8
+    assert kv_share(layer_program(gl, "dense", "decode", wl), 16, wl) == 1 / 8
 
 
 def test_cache_bytes_count_the_cache_once(r1):

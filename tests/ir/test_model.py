@@ -100,10 +100,10 @@ def test_build_model(r1, llama8b, phase):
     assert set(g.layers) == {"dense", "moe"}
     assert g.layer_counts == {"dense": 3, "moe": 58}
     assert len(g.mtp) == 2  # the projection and one MoE layer
-    assert g.mtp[1].order() == g.layers["moe"].order()
+    assert g.mtp["mtp0_layer"].order() == g.layers["moe"].order()
     gl = build_model(llama8b, phase)
     assert set(gl.layers) == {"dense"}
-    assert gl.mtp == []
+    assert gl.mtp == {}
 
 
 def test_summary_agrees_across_phases(r1):
@@ -111,3 +111,20 @@ def test_summary_agrees_across_phases(r1):
     pre, dec = build_model(r1, "prefill"), build_model(r1, "decode")
     for kind in ("dense", "moe"):
         assert pre.layers[kind].weight_params() == dec.layers[kind].weight_params()
+
+
+def test_mtp_modules_follow_num_nextn_predict_layers(tmp_path, r1, models_dir):
+    """Each MTP module adds a projection and one MoE layer; the count comes from the config."""
+    text = (models_dir / "deepseek-r1.yaml").read_text()
+    two = tmp_path / "r1-two-mtp.yaml"
+    two.write_text(text.replace("num_nextn_predict_layers: 1", "num_nextn_predict_layers: 2"))
+    cfg2 = load_model_config(two)
+    one, both = summarize(r1), summarize(cfg2)
+    assert both.params_mtp == pytest.approx(2 * one.params_mtp, rel=1e-12)
+    assert both.params_total == one.params_total
+    assert set(build_model(cfg2, "decode").mtp) == {
+        "mtp0_proj",
+        "mtp0_layer",
+        "mtp1_proj",
+        "mtp1_layer",
+    }

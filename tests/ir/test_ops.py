@@ -129,16 +129,34 @@ def test_read_and_write_shapes_override_tensor_sizes():
 
 def test_op_table_rows(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    wl = Workload(1, 128, 128)
-    rows = op_table(g, wl)
+    s = 128
+    rows = op_table(g, Workload(1, s, s))
     assert [r["op"] for r in rows] == g.order()
     keys = {"op", "kind", "class", "flops", "bytes_read", "bytes_written"}
     assert keys | {"weight_bytes", "weight_params"} <= set(rows[0])
+    by_op = {r["op"]: r for r in rows}
     for row in rows:
-        op = g.ops[row["op"]]
-        assert row["flops"] == flops(op, g, wl)
-        assert row["weight_params"] == op.weight_params()
-        assert row["class"] == op.cost_class.value
+        assert row["class"] == OP_KINDS[row["kind"]].value
+    # MLA projections and the top-8 routed experts from the model's dimensions: a (k x n)
+    # projection costs 2 k n FLOPs per token and holds k n parameters
+    h, heads = r1.hidden_size, r1.num_attention_heads
+    qk, v = r1.qk_nope_head_dim + r1.qk_rope_head_dim, r1.v_head_dim
+    ffn, experts, top = r1.moe_intermediate_size, r1.n_routed_experts, r1.num_experts_per_tok
+    projections = {
+        "q_a_proj": (h, r1.q_lora_rank, 1, 1),
+        "q_b_proj": (r1.q_lora_rank, heads * qk, 1, 1),
+        "kv_a_proj": (h, r1.kv_lora_rank + r1.qk_rope_head_dim, 1, 1),
+        "kv_b_proj": (r1.kv_lora_rank, heads * (r1.qk_nope_head_dim + v), 1, 1),
+        "o_proj": (heads * v, h, 1, 1),
+        "experts_up_proj": (h, 2 * ffn, top, experts),  # gate and up, fused
+        "experts_down_proj": (ffn, h, top, experts),
+    }
+    for name, (k, n, active, held) in projections.items():
+        assert by_op[name]["flops"] == 2 * s * k * n * active, name
+        assert by_op[name]["weight_params"] == k * n * held, name
+    # causal attention: s (s + 1) / 2 query-key pairs per head, each QK^T and PV
+    assert by_op["attention"]["flops"] == 2 * heads * (s * (s + 1) // 2) * (qk + v)
+    assert by_op["attention"]["weight_params"] == 0
 
 
 # --------------------------------------------------------------------------------------------

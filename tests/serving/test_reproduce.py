@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from rdusim.calibration import residuals
-from rdusim.cli_commands import fit_cells
+from rdusim.calibration import fit_cells, residuals
 from rdusim.serving import reproduce
 from rdusim.serving.reproduce import (
     TABLE5_FITTED_CELL,
@@ -78,7 +77,18 @@ def test_cell_bounds() -> None:
     assert d["within_tolerance"] is True and d["deviation"] == pytest.approx(-2.0)
 
 
-def test_fit_cells_are_the_residuals_the_fit_minimises() -> None:
+def test_fit_cells_are_the_fitted_comparison_cells(cells: dict[str, list[Cell]]) -> None:
+    """The fit matches the fitted Table 4 shares and the one fitted Table 5 throughput, exactly
+    as `rdusim validate` compares them; its residuals are their deviations over tolerances."""
     hw = load_hardware("sn40l-16")
-    ratios = [c.deviation / c.tolerance for c in fit_cells(hw)]
-    assert ratios == pytest.approx(residuals(hw))
+    got = fit_cells(hw)
+    want = [c for c in cells["table4"] if c.fitted]
+    want += [c for c in cells["table5"] if c.item == _throughput_item(*TABLE5_FITTED_CELL)]
+    assert len(want) == len(PUB["table4"]["shares_percent"]) + 1 and len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert (g.table, g.item, g.unit, g.fitted) == (w.table, w.item, w.unit, w.fitted)
+        assert g.simulated == pytest.approx(w.simulated, rel=1e-12)
+        assert (g.published, g.tolerance) == (w.published, w.tolerance)
+    r = residuals(hw)
+    assert len(r) == len(want) and all(abs(x) <= 1.0 for x in r)  # the shipped fit is in band
+    assert r == pytest.approx([(w.simulated - w.published) / w.tolerance for w in want])

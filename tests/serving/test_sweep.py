@@ -19,10 +19,10 @@ from rdusim.serving.sweep import (
     grid,
     parse_axes,
     parse_plot,
-    parse_value,
     result_row,
 )
 from rdusim.spec.hardware import preset_path
+from rdusim.spec.yamlio import parse_value
 
 Cli = Callable[[Sequence[object]], tuple[int, str, str]]
 GRID = [
@@ -71,7 +71,8 @@ def test_parse_plot_and_values() -> None:
             parse_plot(bad)
     assert parse_value("8192") == 8192 and parse_value("true") is True
     assert parse_value("max") == "max" and parse_value("0.5") == 0.5
-    assert parse_value("[1, 2]") == "[1, 2]"
+    assert parse_value("[1, 2]") == "[1, 2]" and parse_value("null") == "null"
+    assert parse_value("a: b: c") == "a: b: c"  # malformed YAML stays text
 
 
 def test_result_row_keeps_the_swept_value() -> None:

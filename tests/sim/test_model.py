@@ -129,23 +129,23 @@ def test_traffic_is_counted(prefill):
 def test_decode_step_includes_mtp(decode):
     result, report = decode.result, decode.report
     assert result is not None
-    assert {"mtp0", "mtp1"} <= set(result.extras)
+    assert {"mtp0_proj", "mtp0_layer"} <= set(result.extras)
     n_mtp = sum(1 for name in result.extras if name.startswith("mtp")) // 2
     assert n_mtp == 1
     assert result.extras["head"].runs == 1 + n_mtp == 2  # main model + the MTP module
     assert report["extras"]["head"]["runs"] == 2
-    for name in ("embedding", "mtp0", "mtp1"):
+    for name in ("embedding", "mtp0_proj", "mtp0_layer"):
         assert result.extras[name].runs == 1
     # the MTP module's transformer block is mapped like a MoE layer
-    assert [k.name for k in result.extras["mtp1"].kernels] == [
+    assert [k.name for k in result.extras["mtp0_layer"].kernels] == [
         k.name for k in result.layers["moe"].kernels
     ]
     step = (
         sum(lr.count * lr.latency_s for lr in result.layers.values())
         + result.extras["embedding"].latency_s
         + 2 * result.extras["head"].latency_s
-        + result.extras["mtp0"].latency_s
-        + result.extras["mtp1"].latency_s
+        + result.extras["mtp0_proj"].latency_s
+        + result.extras["mtp0_layer"].latency_s
     )
     assert result.total_latency_s == pytest.approx(step, rel=REL)
     assert report["total_latency_s"] == pytest.approx(counted_total(report), rel=REL)
@@ -155,7 +155,7 @@ def test_decode_step_longer_than_main_model(decode):
     result = decode.result
     assert result is not None
     main = sum(lr.count * lr.latency_s for lr in result.layers.values())
-    assert result.total_latency_s > main + result.extras["mtp1"].latency_s
+    assert result.total_latency_s > main + result.extras["mtp0_layer"].latency_s
 
 
 def test_decode_throughput(decode):

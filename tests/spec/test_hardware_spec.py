@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from rdusim.calibration import FITTED_ON
 from rdusim.errors import SpecError, SpecErrors
-from rdusim.spec.hardware import PRESETS, Hardware, load_hardware, preset_path
+from rdusim.spec.hardware import PRESETS, Calibration, Hardware, load_hardware, preset_path
 
 
 def preset_text(name: str = "sn40l-16") -> str:
@@ -86,7 +87,40 @@ def test_calibration_values_are_fractions_or_times():
         "hbm_usable_fraction",
     ):
         assert 0 < getattr(c, field) <= 1
-    assert c.kernel_launch_s >= 0
+
+
+def _calibration_comments(text: str) -> dict[str, str]:
+    """Each key of the `calibration:` section, with the comment block just above it (up to a
+    bare `#` line or a non-comment line)."""
+    lines = text.splitlines()
+    start = lines.index("calibration:") + 1
+    out: dict[str, str] = {}
+    for i in range(start, len(lines)):
+        line = lines[i]
+        if line and not line.startswith(" "):
+            break  # the next top-level section
+        body = line.split("#", 1)[0].strip()
+        if not body:
+            continue
+        key = body.split(":", 1)[0].strip()
+        block: list[str] = []
+        j = i - 1
+        while j >= start and lines[j].strip().startswith("#") and lines[j].strip() != "#":
+            block.insert(0, lines[j].strip().lstrip("#").strip())
+            j -= 1
+        out[key] = " ".join(block)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_calibration_value_says_what_it_was_fitted_on(name):
+    comments = _calibration_comments(preset_text(name))
+    assert set(comments) == set(Calibration.model_fields), name
+    for key, comment in comments.items():
+        fitted, not_fitted = "Fitted on" in comment, "Not fitted" in comment
+        assert fitted != not_fitted, f"{name}: {key}: {comment!r}"
+        # and the preset agrees with what reports quote
+        assert FITTED_ON[key].startswith("fitted:" if fitted else "not fitted:"), key
 
 
 def test_load_by_path_and_relative_to_base_dir(tmp_path):
@@ -153,7 +187,7 @@ def test_efficiency_above_one_is_refused(tmp_path):
 
 
 def test_unknown_topology_is_refused(tmp_path):
-    path, _ = write_variant(tmp_path, "  topology: ring", "  topology: torus")
+    path, _ = write_variant(tmp_path, "  topology: all-to-all", "  topology: torus")
     with pytest.raises(SpecError) as exc:
         load_hardware(path)
     assert exc.value.key == "links.topology"
