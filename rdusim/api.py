@@ -76,7 +76,7 @@ def run_mapping(
     if program.phase == "decode" and program.snapstream:
         from rdusim.snapstream.onchip import decode_update_sram
 
-        extra["decode_update_sram_bytes"] = decode_update_sram(program, rm.model)
+        extra["decode_update_sram_bytes"] = decode_update_sram(program)
     report = build_report(
         program, result, snapstream_extra=extra, calibration=calibration_summary(rm)
     )

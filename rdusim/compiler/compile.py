@@ -33,7 +33,7 @@ def workload_for(phase: str, batch: int, seq_len: int, ss: SnapStreamConfig | No
     return Workload(batch, 1, ss.slots if ss else seq_len)
 
 
-def _tiles(fk_spec: KernelSpec, wl: Workload, sockets: int, phase: str) -> tuple[int, int]:
+def _tiles(fk_spec: KernelSpec, wl: Workload, phase: str) -> tuple[int, int]:
     """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode
     streams weight chunks, so it is cut into a fixed number of pipeline steps."""
     if phase == "decode":
@@ -62,7 +62,7 @@ def build_kernels(
     )
     kernels: list[Kernel] = []
     for fk in fused:
-        tiles, tile_tokens = _tiles(fk.spec, wl, hw.sockets, phase)
+        tiles, tile_tokens = _tiles(fk.spec, wl, phase)
         k = Kernel(
             fk.spec.name,
             [sharded.ops[n] for n in fk.ops],

@@ -9,7 +9,6 @@ compiler's business.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -18,7 +17,6 @@ from typing import Any
 import networkx as nx
 
 Dim = int | str
-SYMBOLS = ("B", "S", "T", "E")
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,6 @@ class Tensor:
     shape: tuple[Dim, ...]
     dtype_bytes: float
     kind: TensorKind = TensorKind.ACTIVATION
-    axes: tuple[str, ...] = ()  # optional axis names, e.g. ("batch", "seq", "heads", "dim")
 
     def numel(self, env: dict[str, int] | None = None) -> float:
         n = 1.0
@@ -201,7 +198,3 @@ class Graph:
 
         pats = list(patterns)
         return [n for n in self.order() if any(fnmatch.fnmatchcase(n, p) for p in pats)]
-
-
-def prod(values: Iterable[float]) -> float:
-    return math.prod(values)

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from rdusim.compiler.program import Program
 from rdusim.ir.graph import TensorKind
-from rdusim.spec.model import ModelSpec
 
 
-def decode_update_sram(program: Program, model: ModelSpec) -> dict[str, float | int | str]:
+def decode_update_sram(program: Program) -> dict[str, float | int | str]:
     """Per-socket on-chip bytes of the decode kernel that updates the cache, both ways.
 
     `ring` is the kernel as compiled (its cache write is the ring-buffer scatter); `naive` is the

@@ -7,7 +7,6 @@ the offending key, so a user can jump straight to it.
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -159,15 +158,3 @@ def load_model(model: type[M], path: str | Path) -> M:
     """Read a spec file and validate it as `model`."""
     doc = read_document(path)
     return validate(model, to_plain(doc), file=str(path), doc=doc)
-
-
-def load_json(path: str | Path) -> Any:
-    p = Path(path)
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError("file not found", file=str(p), fix="check the path") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            f"malformed JSON: {exc.msg}", file=str(p), line=exc.lineno, fix="fix the JSON syntax"
-        ) from None

@@ -152,11 +152,11 @@ def test_workload_for_prefill_and_decode():
 
 def test_tiles_prefill_streams_token_tiles_decode_fixed_steps():
     k = KernelSpec(name="k", ops=["x"])
-    assert _tiles(k, Workload(1, 8192, 8192), 16, "prefill") == (4, DEFAULT_TILE_TOKENS)
-    assert _tiles(k, Workload(1, 100, 100), 16, "prefill") == (1, DEFAULT_TILE_TOKENS)
+    assert _tiles(k, Workload(1, 8192, 8192), "prefill") == (4, DEFAULT_TILE_TOKENS)
+    assert _tiles(k, Workload(1, 100, 100), "prefill") == (1, DEFAULT_TILE_TOKENS)
     k2 = KernelSpec(name="k", ops=["x"], tiling=Tiling(tile_tokens=1000))
-    assert _tiles(k2, Workload(1, 8192, 8192), 16, "prefill") == (9, 1000)
-    assert _tiles(k, Workload(32, 1, 8192), 16, "decode") == (64, 32)
+    assert _tiles(k2, Workload(1, 8192, 8192), "prefill") == (9, 1000)
+    assert _tiles(k, Workload(32, 1, 8192), "decode") == (64, 32)
 
 
 def test_kernel_tile_tokens_never_exceed_the_tokens():

@@ -11,7 +11,6 @@ from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.yamlio import (
     dotted,
     line_of,
-    load_json,
     load_model,
     read_document,
     reject_bools,
@@ -213,26 +212,6 @@ def test_missing_key_has_no_got_suffix():
     assert exc.value.key == "b"
     assert "got" not in exc.value.problem
     assert exc.value.fix == "add the key"
-
-
-# --------------------------------------------------------------------------------------------
-# load_json
-
-
-def test_load_json(write_file):
-    assert load_json(write_file("a.json", '{"a": [1, 2]}')) == {"a": [1, 2]}
-
-
-def test_load_json_missing(tmp_path):
-    with pytest.raises(SpecError, match="not found"):
-        load_json(tmp_path / "x.json")
-
-
-def test_load_json_malformed_names_the_line(write_file):
-    with pytest.raises(SpecError) as exc:
-        load_json(write_file("a.json", '{\n  "a": 1\n  "b": 2\n}'))
-    assert exc.value.line == 3
-    assert exc.value.problem.startswith("malformed JSON")
 
 
 # --------------------------------------------------------------------------------------------

@@ -85,6 +85,7 @@ def _attention_prefill(
         ["q"],
         ["q_rot"],
         tp=TPMode.LOCAL,
+        ops_scale=rope / qk,  # only the 64 rope dims of each 192-wide head rotate
         doc="rotary embedding of the query's rope part",
     )
     b.act("k_pe", *TOKENS, rope)
@@ -94,6 +95,7 @@ def _attention_prefill(
         ["kv_a"],
         ["k_pe"],
         tp=TPMode.TOKEN,
+        ops_scale=rope / (r + rope),  # kv_a carries the latent too; only the rope key rotates
         doc="rotary embedding of the shared rope key",
     )
     # the cache decode will read: latent and rope key of every prompt token, written to HBM
@@ -185,10 +187,10 @@ def _attention_decode(
         doc="fold W_UK into the query: per head 128 -> 512",
     )
     b.act("q_rot", *TOKENS, nh, rope)
-    b.op("rope_q", "rope", ["q"], ["q_rot"], tp=TPMode.LOCAL)
+    b.op("rope_q", "rope", ["q"], ["q_rot"], tp=TPMode.LOCAL, ops_scale=rope / cfg.qk_head_dim)
     _latent(b, cfg, TPMode.COLUMN)
     b.act("k_pe", *TOKENS, rope)
-    b.op("rope_k", "rope", ["kv_a"], ["k_pe"], tp=TPMode.TOKEN)
+    b.op("rope_k", "rope", ["kv_a"], ["k_pe"], tp=TPMode.TOKEN, ops_scale=rope / (r + rope))
     b.cache("latent_cache", "B", "T", r, dtype_bytes=kvb)
     b.cache("rope_cache", "B", "T", rope, dtype_bytes=kvb)
     b.act("cache_ready", "B", 1)
@@ -299,7 +301,7 @@ def _moe_ffn(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
         ["router_logits"],
         ["expert_ids"],
         tp=TPMode.TOKEN,
-        doc=f"sigmoid scores, bias-corrected group-limited top-{k} ({cfg.n_group} groups, best {cfg.topk_group})",
+        doc=f"{cfg.scoring_func} scores, bias-corrected group-limited top-{k} ({cfg.n_group} groups, best {cfg.topk_group})",
     )
     b.act("token_order", *TOKENS, k, dtype_bytes=4)
     b.op(
