@@ -6,6 +6,7 @@ from rdusim.compiler.program import HBMPlan, Kernel, LayerProgram
 from rdusim.compiler.sharding import cache_share
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph, TensorKind, Workload
+from rdusim.ir.model import cache_bytes
 from rdusim.spec.hardware import Hardware
 
 # A blocking op (softmax over a whole row, a sort) holds its entire input before emitting; an
@@ -82,15 +83,6 @@ def kv_share(layer: LayerProgram, sockets: int, wl: Workload) -> float:
             if p.kind == "attention":
                 return cache_share(layer.graph.ops[p.name], p.strategy, p.degree, wl.batch)
     return 1.0 / sockets
-
-
-def cache_bytes(graph: Graph, wl: Workload) -> float:
-    env = wl.env()
-    return sum(
-        t.nbytes(env)
-        for t in graph.tensors.values()
-        if t.kind == TensorKind.CACHE and not t.name.startswith("compressed_")
-    )
 
 
 def plan_hbm(

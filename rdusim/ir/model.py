@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 from rdusim.ir.builders import deepseek, llama
-from rdusim.ir.graph import Graph, TensorKind
+from rdusim.ir.graph import Graph, TensorKind, Workload
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import DeepSeekV3Config, LlamaConfig, ModelSpec
 
@@ -70,13 +70,19 @@ def active_params(graph: Graph) -> float:
     return total
 
 
-def kv_bytes_per_token_layer(graph: Graph) -> float:
-    env = {"B": 1, "S": 1, "T": 1, "E": 1}
+def cache_bytes(graph: Graph, wl: Workload) -> float:
+    """Bytes of a layer's KV cache for `wl` (the compressed copies SnapStream's prefill writes are
+    the same cache, smaller, and are not counted again)."""
+    env = wl.env()
     return sum(
         t.nbytes(env)
         for t in graph.tensors.values()
         if t.kind == TensorKind.CACHE and not t.name.startswith("compressed_")
     )
+
+
+def kv_bytes_per_token_layer(graph: Graph) -> float:
+    return cache_bytes(graph, Workload(1, 1, 1))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ copy. With attention data-parallel over the batch, a socket holds ceil(B / socke
 from __future__ import annotations
 
 from rdusim.compiler.program import Program
-from rdusim.ir.graph import TensorKind
+from rdusim.ir.model import kv_bytes_per_token_layer
 
 
 def decode_update_sram(program: Program) -> dict[str, float | int | str]:
@@ -22,11 +22,7 @@ def decode_update_sram(program: Program) -> dict[str, float | int | str]:
     """
     layer = max(program.layers.values(), key=lambda lp: lp.count)  # the most numerous kind
     graph = layer.graph
-    row = sum(
-        t.nbytes({"B": 1, "S": 1, "T": 1, "E": 1})
-        for t in graph.tensors.values()
-        if t.kind == TensorKind.CACHE and not t.name.startswith("compressed_")
-    )
+    row = kv_bytes_per_token_layer(graph)
     wl = program.workload
     attention = next(p for k in layer.kernels for p in k.ops if p.kind == "attention")
     seqs = -(-wl.batch // attention.degree) if attention.strategy == "dp" else wl.batch
