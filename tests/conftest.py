@@ -160,3 +160,26 @@ def edit_spec(tmp_path: Path) -> Callable[..., EditedSpec]:
         return EditedSpec(path, text)
 
     return edit
+
+
+@pytest.fixture
+def r1_mapping(tmp_path, mappings_dir, models_dir):
+    """r1_prefill.yaml copied into tmp_path with text edits (the model by absolute path)."""
+
+    def write(*edits: tuple[str, str], name: str = "r1_edited.yaml", text: str | None = None):
+        if text is None:
+            text = (mappings_dir / "r1_prefill.yaml").read_text(encoding="utf-8")
+            text = text.replace("../models/deepseek-r1.yaml", str(models_dir / "deepseek-r1.yaml"))
+        for old, new in edits:
+            assert old in text, old
+            text = text.replace(old, new, 1)
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path, text
+
+    return write
+
+
+def line_with(text: str, needle: str) -> int:
+    """1-based number of the first line of `text` containing `needle`."""
+    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import line_with
+
 SRAM_BYTES = 520e6
 MOE_KERNELS = [
     "QKV",
@@ -31,28 +33,6 @@ def map_json(run_cli, mapping, *sets: str) -> dict:
 
 def kernel_names(report: dict, kind: str) -> list[str]:
     return [k["name"] for k in report["layers"][kind]["kernels"]]
-
-
-@pytest.fixture
-def r1_mapping(tmp_path, mappings_dir, models_dir):
-    """r1_prefill.yaml copied into tmp_path with text edits (the model by absolute path)."""
-
-    def write(*edits: tuple[str, str], name: str = "r1_edited.yaml", text: str | None = None):
-        if text is None:
-            text = (mappings_dir / "r1_prefill.yaml").read_text(encoding="utf-8")
-            text = text.replace("../models/deepseek-r1.yaml", str(models_dir / "deepseek-r1.yaml"))
-        for old, new in edits:
-            assert old in text, old
-            text = text.replace(old, new, 1)
-        path = tmp_path / name
-        path.write_text(text, encoding="utf-8")
-        return path, text
-
-    return write
-
-
-def line_with(text: str, needle: str) -> int:
-    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
 
 
 def assert_user_error(result, path: Path | str, *needles: str) -> str:

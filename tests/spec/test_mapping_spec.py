@@ -3,8 +3,6 @@ located errors."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +17,7 @@ from rdusim.spec.mapping import (
     load_mapping,
     snapstream_sizes,
 )
+from tests.conftest import line_with
 
 MAPPING_NAMES = ("r1_prefill", "r1_decode", "llama31_8b_prefill", "llama31_8b_decode")
 
@@ -26,27 +25,6 @@ MAPPING_NAMES = ("r1_prefill", "r1_decode", "llama31_8b_prefill", "llama31_8b_de
 def spec(**fields) -> MappingSpec:
     data = {"model": "m.yaml", "phase": "prefill", "seq_len": 131072, **fields}
     return MappingSpec.model_validate(data)
-
-
-@pytest.fixture
-def r1_mapping(tmp_path, mappings_dir, models_dir):
-    """Write r1_prefill.yaml into tmp_path, edited; the model is given by absolute path."""
-
-    def write(*edits: tuple[str, str], name: str = "mapping.yaml") -> tuple[Path, str]:
-        text = (mappings_dir / "r1_prefill.yaml").read_text(encoding="utf-8")
-        text = text.replace("../models/deepseek-r1.yaml", str(models_dir / "deepseek-r1.yaml"))
-        for old, new in edits:
-            assert old in text, old
-            text = text.replace(old, new, 1)
-        path = tmp_path / name
-        path.write_text(text, encoding="utf-8")
-        return path, text
-
-    return write
-
-
-def line_with(text: str, needle: str) -> int:
-    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
 
 
 # --------------------------------------------------------------------------------------------
