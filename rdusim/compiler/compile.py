@@ -96,10 +96,10 @@ def _auto(graph: Graph, kind: str, wl: Workload, hw: Hardware, phase: str) -> li
     return auto_kernels(graph, phase, hw.sockets, estimate, hw.socket.sram_bytes)
 
 
-def _snapstream_op_names(rm: ResolvedMapping, kind: str) -> set[str]:
+def _snapstream_op_names(rm: ResolvedMapping, kind: str, plain: Graph) -> set[str]:
+    """Names SnapStream would add to `plain` (a mapping may list them while it is disabled)."""
     probe = build_model(rm.model, "prefill", SnapStreamConfig(1, 1, 1, 1, 1))
-    plain = build_model(rm.model, "prefill", None)
-    return set(probe.layers[kind].ops) - set(plain.layers[kind].ops)
+    return set(probe.layers[kind].ops) - set(plain.ops)
 
 
 def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
@@ -130,7 +130,9 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
                     )
                 kspecs = spec.kernels[kind]
             known = (
-                _snapstream_op_names(rm, kind) if ss is None and spec.phase == "prefill" else set()
+                _snapstream_op_names(rm, kind, graph)
+                if ss is None and spec.phase == "prefill"
+                else set()
             )
             fused = fuse(graph, kspecs, kind, known)
             kernels = build_kernels(graph, fused, kind, wl, hw, spec.phase)
