@@ -56,7 +56,7 @@ class Socket(Strict):
 class Links(Strict):
     p2p_bandwidth: PositiveFloat = Field(description="bytes/s each socket can send (and receive)")
     p2p_latency_s: float = Field(ge=0, description="one hop of a collective")
-    topology: Literal["ring", "all-to-all"] = "ring"
+    topology: Literal["ring", "all-to-all"] = "all-to-all"
 
 
 class Node(Strict):
