@@ -51,15 +51,17 @@ def run_mapping(
     if hardware is not None:
         rm = replace(rm, hardware=hardware)
     capacity_batch: int | None = None
-    if rm.spec.phase == "decode":
-        capacity_batch, max_prog = max_batch(rm)
     if rm.spec.batch == "max":
-        assert capacity_batch is not None
-        program = max_prog
+        capacity_batch, program = max_batch(rm)
     else:
         program = compile_mapping(rm)
         if not program.hbm.fits:
             hbm = program.hbm
+            if program.phase == "decode":
+                try:
+                    capacity_batch = max_batch(rm)[0]
+                except SpecError:
+                    capacity_batch = None
             raise SpecError(
                 f"batch {program.workload.batch} needs {hbm.used / 1e9:.1f} GB of HBM per socket "
                 f"(weights {hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}, workspace "

@@ -7,6 +7,17 @@ and one readable message; a traceback is reserved for bugs in rdusim itself.
 
 from __future__ import annotations
 
+# A file name longer than this is shown abbreviated, so one message stays readable.
+SHOWN_NAME_CHARS = 120
+
+
+def shown_path(text: str) -> str:
+    """`text`, with the middle of an over-long path elided (the length is named instead)."""
+    if len(text) <= SHOWN_NAME_CHARS:
+        return text
+    keep = SHOWN_NAME_CHARS // 2
+    return f"{text[:keep]}...{text[-keep // 2 :]} ({len(text)} characters)"
+
 
 class RdusimError(Exception):
     """Base class of the errors rdusim reports to users instead of a traceback."""
@@ -34,12 +45,13 @@ class SpecError(RdusimError):
         super().__init__(self.render())
 
     def render(self) -> str:
-        where = self.file or "<input>"
-        if self.line is not None:
-            where += f":{self.line}"
-        head = f"{where}: "
-        if self.key:
-            head += f"{self.key}: "
+        if self.file is None and self.key and self.key.startswith("-"):
+            head = f"{self.key}: "  # a command-line option: there is no file to name
+        else:
+            where = shown_path(self.file) if self.file else "<input>"
+            if self.line is not None:
+                where += f":{self.line}"
+            head = f"{where}: " + (f"{self.key}: " if self.key else "")
         text = head + self.problem
         if self.fix:
             text += f"\n  fix: {self.fix}"

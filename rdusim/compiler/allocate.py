@@ -11,16 +11,8 @@ import math
 from rdusim.compiler.program import Kernel
 from rdusim.spec.hardware import Hardware
 
-EFFICIENCY_KEYS = {
-    "systolic": "gemm_efficiency",
-    "attention": "attention_efficiency",
-    "simd": "simd_efficiency",
-}
-
-
 def efficiency(hw: Hardware, cost_class: str) -> float:
-    key = EFFICIENCY_KEYS.get(cost_class)
-    return float(getattr(hw.calibration, key)) if key else 1.0
+    return hw.calibration.efficiency(cost_class)
 
 
 def allocate(kernel: Kernel, hw: Hardware) -> None:

@@ -3,42 +3,69 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from rdusim.compiler.allocate import allocate
 from rdusim.compiler.auto import auto_kernels
+from rdusim.compiler.collectives import Topology
+from rdusim.compiler.experts import ExpertLoading, Routing
 from rdusim.compiler.fusion import FusedKernel, fuse
 from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
 from rdusim.compiler.program import Kernel, LayerProgram, Program
-from rdusim.compiler.sharding import shard
+from rdusim.compiler.sharding import ShardContext, shard
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph, Workload
-from rdusim.ir.model import build_model
+from rdusim.ir.model import ModelGraphs, build_model
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.hardware import Hardware
-from rdusim.spec.mapping import KernelSpec, ResolvedMapping, Sharding, snapstream_sizes
+from rdusim.spec.mapping import (
+    KernelSpec,
+    MappingSpec,
+    ResolvedMapping,
+    Sharding,
+    snapstream_sizes,
+)
+from rdusim.spec.model import ModelSpec
 
-# Rows of a streamed prefill tile unless a kernel's `tiling.tile_tokens` says otherwise: large
-# enough to keep a 32x6 systolic PCU busy, small enough that a kernel's double buffers stay well
-# inside SRAM (the paper's kernels use 35-290 MB of 520 MB with it).
-DEFAULT_TILE_TOKENS = 2048
 # A decode step's activations are a few rows; its kernels stream weight chunks, simulated as this
-# many pipeline steps (the same resolution as MAX_SIM_TILES).
+# many pipeline steps. Decode step times change by < 0.1% between 16 and 256 (benchmarks/).
 DECODE_TILES = 64
 
 
-def workload_for(phase: str, batch: int, seq_len: int, ss: SnapStreamConfig | None) -> Workload:
+def prefill_tile_tokens(hidden: int, act_bytes: float, pmu_bytes: int) -> int:
+    """Rows of a streamed prefill tile: as many rows of the hidden state as one PMU holds,
+    rounded down to a power of two (32 for R1's 7168-wide BF16 rows in a 500 kB PMU)."""
+    rows = max(1, int(pmu_bytes // (hidden * act_bytes)))
+    return 1 << (rows.bit_length() - 1)
+
+
+def workload_for(
+    phase: str, batch: int, seq_len: int, ss: SnapStreamConfig | None, verified: int = 1
+) -> Workload:
+    """Shape symbols of the main model's layers: the prompt in prefill; in decode, `verified`
+    tokens per sequence (1, or k + 1 with k MTP drafts) against the cache."""
     if phase == "prefill":
         evict = ss.candidates(seq_len) if ss else 0
         return Workload(batch, seq_len, seq_len, evict)
-    return Workload(batch, 1, ss.slots if ss else seq_len)
+    return Workload(batch, verified, ss.slots if ss else seq_len)
 
 
-def _tiles(fk_spec: KernelSpec, wl: Workload, phase: str) -> tuple[int, int]:
-    """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode
-    streams weight chunks, so it is cut into a fixed number of pipeline steps."""
-    if phase == "decode":
+@dataclass(frozen=True)
+class CompileContext:
+    """Settings every layer of one compile shares."""
+
+    hw: Hardware
+    phase: str
+    tile_tokens: int  # default prefill tile rows
+    routing: Routing = field(default_factory=Routing)
+
+
+def _tiles(fk_spec: KernelSpec, wl: Workload, ctx: CompileContext) -> tuple[int, int]:
+    """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode streams weight
+    chunks, so it is cut into a fixed number of pipeline steps."""
+    if ctx.phase == "decode":
         return DECODE_TILES, wl.tokens
-    tile = fk_spec.tiling.tile_tokens or DEFAULT_TILE_TOKENS
+    tile = fk_spec.tiling.tile_tokens or ctx.tile_tokens
     return max(1, math.ceil(wl.tokens / tile)), tile
 
 
@@ -47,22 +74,26 @@ def build_kernels(
     fused: list[FusedKernel],
     kind: str,
     wl: Workload,
-    hw: Hardware,
-    phase: str,
+    ctx: CompileContext,
     check: bool = True,
 ) -> list[Kernel]:
+    hw = ctx.hw
     sharded = shard(
         graph,
         fused,
         kind,
-        wl,
-        hw.sockets,
-        {fk.spec.name: fk.spec.tiling.kv_block for fk in fused},
-        hw.links.topology,
+        ShardContext(
+            workload=wl,
+            sockets=hw.sockets,
+            prefill=ctx.phase == "prefill",
+            topology=Topology(hw.links.topology),
+            kv_blocks={fk.spec.name: fk.spec.tiling.kv_block for fk in fused},
+            routing=ctx.routing,
+        ),
     )
     kernels: list[Kernel] = []
     for fk in fused:
-        tiles, tile_tokens = _tiles(fk.spec, wl, phase)
+        tiles, tile_tokens = _tiles(fk.spec, wl, ctx)
         k = Kernel(
             fk.spec.name,
             [sharded.ops[n] for n in fk.ops],
@@ -81,25 +112,116 @@ def build_kernels(
     return kernels
 
 
-def _auto(graph: Graph, kind: str, wl: Workload, hw: Hardware, phase: str) -> list[KernelSpec]:
+def _auto(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[KernelSpec]:
+    sockets = ctx.hw.sockets
+
     def estimate(ops: list[str]) -> float:
         sub = graph.subgraph(ops)
         fk = FusedKernel(
-            KernelSpec(name="trial", ops=ops, sharding=Sharding(tp=hw.sockets)), 0, tuple(ops)
+            KernelSpec(name="trial", ops=ops, sharding=Sharding(tp=sockets)), 0, tuple(ops)
         )
         try:
-            ks = build_kernels(sub, [fk], kind, wl, hw, phase, check=False)
+            ks = build_kernels(sub, [fk], kind, wl, ctx, check=False)
         except SpecError:
             return math.inf
         return ks[0].sram_bytes
 
-    return auto_kernels(graph, phase, hw.sockets, estimate, hw.socket.sram_bytes)
+    return auto_kernels(graph, ctx.phase, sockets, estimate, ctx.hw.socket.sram_bytes)
 
 
-def _snapstream_op_names(rm: ResolvedMapping, kind: str, plain: Graph) -> set[str]:
+def _snapstream_op_names(model: ModelSpec, kind: str, plain: Graph) -> set[str]:
     """Names SnapStream would add to `plain` (a mapping may list them while it is disabled)."""
-    probe = build_model(rm.model, "prefill", SnapStreamConfig(1, 1, 1, 1, 1))
+    probe = build_model(model, "prefill", SnapStreamConfig(1, 1, 1, 1, 1))
     return set(probe.layers[kind].ops) - set(plain.ops)
+
+
+def _routing(rm: ResolvedMapping) -> Routing:
+    r = rm.spec.moe.routing
+    return Routing(
+        distribution=r.distribution,
+        exponent=r.exponent or 0.0,
+        loads=rm.expert_loads,
+        loading=ExpertLoading(rm.spec.moe.expert_loading),
+    )
+
+
+def _layer_kernels(
+    spec: MappingSpec,
+    rm: ResolvedMapping,
+    graph: Graph,
+    kind: str,
+    wl: Workload,
+    ctx: CompileContext,
+) -> list[Kernel]:
+    """The mapping's kernels for one layer kind (or the auto-mapper's)."""
+    if spec.kernels == "auto":
+        kspecs = _auto(graph, kind, wl, ctx)
+    elif kind not in spec.kernels:
+        raise SpecError(
+            f"no kernels for the {kind} layers of {rm.model.name}",
+            key="kernels",
+            path=("kernels",),
+            fix=f"add a `{kind}:` list of kernels, or use `kernels: auto`",
+        )
+    else:
+        kspecs = spec.kernels[kind]
+    known = (
+        _snapstream_op_names(rm.model, kind, graph)
+        if spec.snapstream.enabled is False and spec.phase == "prefill"
+        else set()
+    )
+    return build_kernels(graph, fuse(graph, kspecs, kind, known), kind, wl, ctx)
+
+
+def _check_looping(kind: str, kernels: list[Kernel]) -> None:
+    if len(kernels) > 1:
+        names = ", ".join(k.name for k in kernels)
+        raise SpecError(
+            f"kernel looping runs consecutive calls of one kernel as one call, and the {kind} "
+            f"layer is {len(kernels)} kernels ({names})",
+            key="kernel_looping",
+            path=("kernel_looping",),
+            fix=f"fuse the {kind} layer into one kernel, or set kernel_looping: false",
+        )
+
+
+def _extras(
+    spec: MappingSpec,
+    graphs: ModelGraphs,
+    main_wl: Workload,
+    ctx: CompileContext,
+) -> dict[str, LayerProgram]:
+    """Embedding and LM head (once per prompt or step), and in decode the MTP module.
+
+    The MTP module drafts one token per run; with D modules in a chain, draft j is made by
+    module j mod D. Its runs see one token per sequence; a `scaled` step does not run it, but its
+    weights and cache stay deployed (they count in the HBM plan).
+    """
+    b = main_wl.batch
+    head_wl = main_wl if spec.phase == "decode" else Workload(b, 1, 1)
+    plain = {"embedding": (graphs.embedding, main_wl, 1), "head": (graphs.head, head_wl, 1)}
+    if spec.phase == "decode" and spec.mtp.uses_module and graphs.mtp:
+        one = Workload(b, 1, main_wl.kv)
+        modules = len(graphs.mtp) // 2
+        drafts = spec.mtp.module_runs
+        for i in range(modules):
+            runs = len(range(i, drafts, modules))
+            plain[f"mtp{i}_proj"] = (graphs.mtp[f"mtp{i}_proj"], one, runs)
+            plain[f"mtp{i}_layer"] = (graphs.mtp[f"mtp{i}_layer"], one, runs)
+        if drafts:
+            # each draft embeds the token it extends and reads logits for the next
+            plain["mtp_embedding"] = (graphs.embedding, one, drafts)
+            plain["mtp_head"] = (graphs.head, one, drafts)
+    extras: dict[str, LayerProgram] = {}
+    for name, (g, wl, runs) in plain.items():
+        if name.endswith("_layer") and isinstance(spec.kernels, dict) and "moe" in spec.kernels:
+            # the MTP module's decoder layer is a MoE layer: map it like the others
+            kspecs = spec.kernels["moe"]
+        else:
+            kspecs = _auto(g, name, wl, ctx)
+        kernels = build_kernels(g, fuse(g, kspecs, name), name, wl, ctx)
+        extras[name] = LayerProgram(name, 1, g, kernels, wl, runs=runs)
+    return extras
 
 
 def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
@@ -115,57 +237,35 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
     try:
         ss = snapstream_sizes(spec, rm.source.file)
         graphs = build_model(rm.model, spec.phase, ss)
-        wl = workload_for(spec.phase, b, spec.seq_len, ss)
+        verified = spec.mtp.verified_tokens if spec.phase == "decode" else 1
+        wl = workload_for(spec.phase, b, spec.seq_len, ss, verified)
+        ctx = CompileContext(
+            hw,
+            spec.phase,
+            prefill_tile_tokens(
+                rm.model.hidden_size, rm.model.bytes_of("activations"), hw.socket.pmu_bytes
+            ),
+            _routing(rm),
+        )
         layers: dict[str, LayerProgram] = {}
         for kind, graph in graphs.layers.items():
-            if spec.kernels == "auto":
-                kspecs = _auto(graph, kind, wl, hw, spec.phase)
-            else:
-                if kind not in spec.kernels:
-                    raise SpecError(
-                        f"no kernels for the {kind} layers of {rm.model.name}",
-                        key="kernels",
-                        path=("kernels",),
-                        fix=f"add a `{kind}:` list of kernels, or use `kernels: auto`",
-                    )
-                kspecs = spec.kernels[kind]
-            known = (
-                _snapstream_op_names(rm, kind, graph)
-                if ss is None and spec.phase == "prefill"
-                else set()
+            kernels = _layer_kernels(spec, rm, graph, kind, wl, ctx)
+            if spec.kernel_looping:
+                _check_looping(kind, kernels)
+            count = graphs.layer_counts[kind]
+            layers[kind] = LayerProgram(
+                kind, count, graph, kernels, wl, looped=spec.kernel_looping and count > 1
             )
-            fused = fuse(graph, kspecs, kind, known)
-            kernels = build_kernels(graph, fused, kind, wl, hw, spec.phase)
-            layers[kind] = LayerProgram(kind, graphs.layer_counts[kind], graph, kernels)
-        extras: dict[str, LayerProgram] = {}
-        extra_graphs = {"embedding": graphs.embedding, "head": graphs.head}
-        if spec.phase == "decode":
-            extra_graphs.update(graphs.mtp)
-        for name, g in extra_graphs.items():
-            ewl = wl if name != "head" or spec.phase == "decode" else Workload(b, 1, 1)
-            if name.endswith("_layer") and spec.kernels != "auto" and "moe" in spec.kernels:
-                # the MTP module's decoder layer is a MoE layer: map it like the others
-                kspecs = spec.kernels["moe"]
-            else:
-                kspecs = _auto(g, name, ewl, hw, spec.phase)
-            fused = fuse(g, kspecs, name)
-            extras[name] = LayerProgram(
-                name, 1, g, build_kernels(g, fused, name, ewl, hw, spec.phase)
-            )
+        extras = _extras(spec, graphs, wl, ctx)
     except SpecError as exc:
         raise rm.source.locate(exc) from None
-    hbm = plan_hbm(
-        [
-            *layers.values(),
-            *[e for n, e in extras.items() if n.startswith("mtp")],
-            extras["embedding"],
-            extras["head"],
-        ],
-        hw,
-        wl,
-        spec.phase,
-        ss.slots if ss else None,
-    )
+    deployed = [
+        *layers.values(),
+        *[e for n, e in extras.items() if n.startswith("mtp") and n[3:4].isdigit()],
+        extras["embedding"],
+        extras["head"],
+    ]
+    hbm = plan_hbm(deployed, hw, wl, spec.phase, ss.slots if ss else None)
     return Program(
         mapping=spec.name or rm.source.file,
         model=rm.model.name,
@@ -180,4 +280,7 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         kv_len=wl.kv if spec.phase == "decode" else (ss.slots if ss else spec.seq_len),
         snapstream=ss is not None,
         tokens_per_step=spec.tokens_per_step,
+        orchestration=spec.orchestration.value,
+        mtp_mode=spec.mtp.mode.value,
+        draft_tokens=spec.mtp.draft_tokens,
     )

@@ -36,7 +36,7 @@ def plan_sram(kernel: Kernel, graph: Graph, wl: Workload, hw: Hardware) -> None:
         # expert-grouped streams carry a token's k routed slots one expert at a time
         tiles = kernel.tiles * op.attrs.get("slots", 1)
         io = (p.stream_in + p.stream_out + p.hbm_write) / tiles
-        if p.kind == "attention" and wl.seq > 1:
+        if p.kind == "attention" and op.attrs.get("causal") and wl.seq > 1:
             # flash-style: a query tile, a double-buffered K/V block and one score tile in flight
             heads = op.attrs["heads"] / max(p.degree, 1)
             block = kernel.kv_block or wl.kv
@@ -81,7 +81,9 @@ def kv_share(layer: LayerProgram, sockets: int, wl: Workload) -> float:
     for k in layer.kernels:
         for p in k.ops:
             if p.kind == "attention":
-                return cache_share(layer.graph.ops[p.name], p.strategy, p.degree, wl.batch)
+                return cache_share(
+                    layer.graph.ops[p.name], p.strategy, p.degree, wl.batch, p.seq_split
+                )
     return 1.0 / sockets
 
 

@@ -32,14 +32,34 @@ class OpPlan:
     full_flops: float = 0.0  # before sharding, for conservation checks
     blocking: bool = False  # needs its whole input before it can emit (softmax over a row, sort)
     spill_bytes: float = 0.0  # input that did not fit on chip and went through HBM (write + read)
+    # weight bytes streamed from HBM per execution: the resident shard, or for routed experts only
+    # the experts some token was routed to (None: the whole shard)
+    weight_read_bytes: float | None = None
+    seq_split: int = 1  # sockets each sequence's cached positions are split over (split-KV)
+    experts_touched: float | None = None  # expected distinct routed experts per execution
+
+    @property
+    def streamed_weight_bytes(self) -> float:
+        """Weight bytes this op reads from HBM each time it runs (lookup tables: none)."""
+        if self.cost_class == "memory":
+            return 0.0
+        return self.weight_bytes if self.weight_read_bytes is None else self.weight_read_bytes
+
+    @property
+    def sharding_label(self) -> str:
+        if self.strategy == "replicate" or (self.degree <= 1 and self.seq_split <= 1):
+            return "replicate" if self.seq_split <= 1 else f"sp{self.seq_split}"
+        if self.seq_split > 1:
+            return f"{self.strategy}{self.degree}xsp{self.seq_split}"
+        return f"{self.strategy}{self.degree}"
 
 
 @dataclass
 class Collective:
     kind: str  # all-reduce | all-gather | reduce-scatter | all-to-all
     tensor: str
-    bytes: float  # bytes each socket sends
-    steps: int  # sequential hops of the algorithm (latency term)
+    bytes: float  # bytes each socket sends, over all rounds
+    rounds: int  # sequential rounds of the algorithm on the node's topology (latency term)
     src: str | None  # producing op (None: the layer input)
     dst: str  # first consuming op that needs the new layout
 
@@ -65,10 +85,7 @@ class Kernel:
 
     @property
     def sharding(self) -> str:
-        parts = sorted(
-            {f"{o.strategy}{o.degree}" if o.degree > 1 else "replicate" for o in self.ops}
-        )
-        return "+".join(parts)
+        return "+".join(sorted({o.sharding_label for o in self.ops}))
 
     def op(self, name: str) -> OpPlan:
         return next(o for o in self.ops if o.name == name)
@@ -76,10 +93,38 @@ class Kernel:
 
 @dataclass
 class LayerProgram:
+    """The kernels of one layer kind (or one extra graph) and how often they run.
+
+    `count` layers of this kind exist in the model; `runs` is how many times one of them executes
+    per prompt or step (a decoder layer once; the MTP module once per draft token). A `looped`
+    kind runs its `count` layers as one kernel call with a pipelined outer loop.
+    """
+
     kind: str
     count: int
     graph: Graph
     kernels: list[Kernel]
+    workload: Workload
+    runs: int = 1
+    looped: bool = False
+
+    @property
+    def executions(self) -> int:
+        """Layer executions per prompt or step."""
+        return self.count * self.runs
+
+    @property
+    def calls(self) -> int:
+        """Kernel calls per prompt or step."""
+        if self.looped:
+            return self.runs * len(self.kernels)
+        return self.executions * len(self.kernels)
+
+    @property
+    def experts_touched(self) -> float | None:
+        touched = [p.experts_touched for k in self.kernels for p in k.ops]
+        values = [t for t in touched if t is not None]
+        return max(values) if values else None
 
 
 @dataclass
@@ -112,7 +157,10 @@ class Program:
     hbm: HBMPlan
     kv_len: int  # cache positions per sequence (compressed length with SnapStream)
     snapstream: bool
-    tokens_per_step: float
+    tokens_per_step: float  # tokens accepted per sequence and step (decode)
+    orchestration: str = "hardware"  # who issues kernel calls: software | hardware
+    mtp_mode: str = "verify"  # verify: drafts verified as work | scaled: a reported multiplier
+    draft_tokens: int = 0
 
     def all_layers(self) -> list[LayerProgram]:
         return [*self.layers.values(), *self.extras.values()]

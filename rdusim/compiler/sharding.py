@@ -4,7 +4,8 @@ A tensor's layout on the sockets is one of
   R  replicated: every socket holds it whole;
   T  split by tokens (sequence or batch);
   F  split by features (heads, or an FFN's/experts' intermediate features);
-  P  partial sums: every socket holds a full-size addend (after a row-split GEMM).
+  P  partial sums: every socket holds a full-size addend (after a row-split GEMM, or a split-KV
+     attention whose partial softmax results still have to be combined).
 A consumer that needs another layout than its producer made gets a collective. Caches live in
 HBM and are read in place, never moved by collectives.
 """
@@ -13,8 +14,11 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from rdusim.compiler.collectives import CollectiveKind, Topology, collective_cost
+from rdusim.compiler.experts import Routing, expert_share
 from rdusim.compiler.fusion import FusedKernel
 from rdusim.compiler.program import Collective, OpPlan
 from rdusim.errors import SpecError
@@ -24,44 +28,35 @@ from rdusim.spec.mapping import Sharding
 from rdusim.spec.yamlio import dotted
 
 _CONVERSIONS = {
-    ("T", "R"): "all-gather",
-    ("F", "R"): "all-gather",
-    ("T", "F"): "all-to-all",
-    ("F", "T"): "all-to-all",
-    ("P", "R"): "all-reduce",
-    ("P", "T"): "reduce-scatter",
-    ("P", "F"): "reduce-scatter",
+    ("T", "R"): CollectiveKind.ALL_GATHER,
+    ("F", "R"): CollectiveKind.ALL_GATHER,
+    ("T", "F"): CollectiveKind.ALL_TO_ALL,
+    ("F", "T"): CollectiveKind.ALL_TO_ALL,
+    ("P", "R"): CollectiveKind.ALL_REDUCE,
+    ("P", "T"): CollectiveKind.REDUCE_SCATTER,
+    ("P", "F"): CollectiveKind.REDUCE_SCATTER,
 }
 
 
 # the layout a collective leaves its tensor in: whole (R) or one socket's slice
 _TARGET = {
-    "all-reduce": "R",
-    "all-gather": "R",
-    "reduce-scatter": "S",
-    "all-to-all": "S",
+    CollectiveKind.ALL_REDUCE: "R",
+    CollectiveKind.ALL_GATHER: "R",
+    CollectiveKind.REDUCE_SCATTER: "S",
+    CollectiveKind.ALL_TO_ALL: "S",
 }
 
 
-def collective_cost(
-    kind: str, nbytes: float, d: int, topology: str = "all-to-all"
-) -> tuple[float, int]:
-    """Bytes each socket sends, and sequential steps (hops), over d sockets.
+@dataclass(frozen=True)
+class ShardContext:
+    """What the sharding pass needs besides the graph: the workload, the node and the routing."""
 
-    Volumes are the bandwidth-optimal ones. On a ring each phase takes d-1 hops; where every
-    socket reaches every other ("all-to-all" links), recursive halving/doubling needs log2(d)
-    hops a phase for the same volume. All-to-all itself is a pairwise exchange (d-1 hops).
-    """
-    if d <= 1:
-        return 0.0, 0
-    hops = d - 1 if topology == "ring" else math.ceil(math.log2(d))
-    if kind == "all-reduce":
-        return 2 * nbytes * (d - 1) / d, 2 * hops
-    if kind in ("all-gather", "reduce-scatter"):
-        return nbytes * (d - 1) / d, hops
-    if kind == "all-to-all":
-        return nbytes * (d - 1) / (d * d), d - 1
-    raise ValueError(kind)
+    workload: Workload
+    sockets: int
+    prefill: bool  # prefill splits token-wise ops over the sequence; decode replicates them
+    topology: Topology = Topology.FULLY_CONNECTED
+    kv_blocks: Mapping[str, int | None] = field(default_factory=dict)  # kernel -> kv_block
+    routing: Routing = field(default_factory=Routing)
 
 
 @dataclass(frozen=True)
@@ -69,6 +64,7 @@ class OpSharding:
     strategy: str
     degree: int
     path: tuple[str | int, ...]  # where in the mapping this sharding was set
+    seq_split: int = 1  # split-KV: sockets each sequence's cache is spread over
 
 
 def resolve_sharding(fk: FusedKernel, op: str, kind: str) -> OpSharding:
@@ -81,18 +77,44 @@ def resolve_sharding(fk: FusedKernel, op: str, kind: str) -> OpSharding:
 
 def _op_sharding(sh: Sharding, path: tuple[str | int, ...]) -> OpSharding:
     strategy = sh.strategy
-    return OpSharding(strategy, sh.degree if strategy != "replicate" else 1, (*path, strategy))
+    degree = sh.degree if strategy != "replicate" else 1
+    return OpSharding(strategy, degree, (*path, strategy), sh.seq_split)
 
 
 def _error(msg: str, sh: OpSharding, fix: str) -> SpecError:
     return SpecError(msg, key=dotted(sh.path), path=sh.path, fix=fix)
 
 
-def _check_divisible(op: Op, sh: OpSharding, wl: Workload, sockets: int) -> None:
+def is_cached_attention(op: Op) -> bool:
+    """Decode attention: queries of this step against a cache read from HBM."""
+    return op.kind == "attention" and "read_shape" in op.attrs
+
+
+def small_batch_split(op: Op, sh: OpSharding, batch: int) -> OpSharding:
+    """The split a data-parallel op runs with when the batch cannot fill its degree.
+
+    `dp` over fewer sequences than its degree would leave sockets idle. A decode attention keeps
+    dp over the largest divisor of its degree that the batch fills and spreads each sequence's
+    cached positions over the sockets left (split-KV, flash-decoding); a per-head op splits its
+    heads instead (tp). An explicit `sp` is kept as written.
+    """
+    if sh.strategy != "dp" or sh.seq_split > 1 or batch >= sh.degree:
+        return sh
+    if is_cached_attention(op):
+        dp = max(k for k in range(1, sh.degree + 1) if sh.degree % k == 0 and k <= batch)
+        return OpSharding("dp", dp, sh.path, sh.degree // dp)
+    heads = op.attrs.get("heads") or op.attrs.get("count", 1)
+    if op.tp_mode == TPMode.HEADS and heads % sh.degree == 0:
+        return OpSharding("tp", sh.degree, sh.path)
+    return sh
+
+
+def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
     """The op's own dimension (heads, split width, experts) is checked before the node's socket
     count, so a degree that fits neither names what the op needs."""
     d = sh.degree
-    nodes = "" if sockets % d == 0 else f" (nor the node's {sockets} sockets)"
+    span = d * sh.seq_split
+    nodes = "" if sockets % span == 0 else f" (nor the node's {sockets} sockets)"
     if sh.strategy == "tp":
         if op.tp_mode == TPMode.HEADS:
             heads = op.attrs.get("heads") or op.attrs.get("count", 1)
@@ -124,15 +146,21 @@ def _check_divisible(op: Op, sh: OpSharding, wl: Workload, sockets: int) -> None
                 sh,
                 "use a degree that divides the expert count",
             )
-    if d > sockets:
+    if (sh.strategy == "sp" or sh.seq_split > 1) and not is_cached_attention(op):
         raise _error(
-            f"degree {d} exceeds the node's {sockets} sockets",
+            f"sp (split-KV) applies to decode attention over a cache, not {op.name}",
+            sh,
+            "use tp or dp for this op (override it per op)",
+        )
+    if span > sockets:
+        raise _error(
+            f"degree {span} exceeds the node's {sockets} sockets",
             sh,
             f"use a degree that divides {sockets}",
         )
-    if sockets % d:
+    if sockets % span:
         raise _error(
-            f"degree {d} does not divide the node's {sockets} sockets",
+            f"degree {span} does not divide the node's {sockets} sockets",
             sh,
             f"use a divisor of {sockets}",
         )
@@ -144,6 +172,11 @@ def _required(
     """Input layouts an op needs and the layout it produces, under its sharding."""
     n = len(op.inputs)
     acts = [graph.tensors[t].kind != TensorKind.CACHE for t in op.inputs]
+    if sh.strategy == "sp" or sh.seq_split > 1:
+        # split-KV: every socket of a sequence group needs its queries and ends with a partial
+        # result to combine
+        need = "T" if sh.strategy == "dp" and sh.degree > 1 else "R"
+        return [need] * n, "P"
     if sh.strategy == "replicate":
         return ["R"] * n, "R"
     if sh.strategy == "dp":
@@ -169,21 +202,25 @@ def _required(
     return [first] * n, first
 
 
-def cache_share(op: Op, strategy: str, degree: int, batch: int) -> float:
+def cache_share(op: Op, strategy: str, degree: int, batch: int, seq_split: int = 1) -> float:
     """Fraction of an attention op's KV cache one socket holds and reads.
 
-    DP keeps each socket's own sequences (ceil(B/d) of B). A head split over a cache that all
-    heads share (MLA's latent) needs all of it; over GQA/MHA heads, a socket holds whole KV heads,
-    so the cache splits at most `kv_heads` ways.
+    DP keeps each socket's own sequences (ceil(B/d) of B); split-KV (sp) keeps 1/sp of each
+    sequence's positions. A head split over a cache that all heads share (MLA's latent) needs all
+    of it; over GQA/MHA heads, a socket holds whole KV heads, so the cache splits at most
+    `kv_heads` ways.
     """
+    split = 1.0 / seq_split
+    if strategy == "sp":
+        return 1.0 / degree
     if strategy == "dp":
-        return math.ceil(batch / degree) / batch
+        return math.ceil(batch / degree) / batch * split
     if strategy == "tp":
         if op.attrs.get("shared_kv"):
-            return 1.0
+            return split
         kv_heads = op.attrs.get("kv_heads") or op.attrs.get("heads") or degree
-        return 1.0 / min(degree, kv_heads)
-    return 1.0
+        return 1.0 / min(degree, kv_heads) * split
+    return split
 
 
 def _share(layout: str, d: int, units: int) -> float:
@@ -196,6 +233,18 @@ def _share(layout: str, d: int, units: int) -> float:
     return math.ceil(units / d) / units if units >= 1 else 1.0 / d
 
 
+def _work_share(op: Op, sh: OpSharding, wl: Workload, prefill: bool) -> float:
+    """Fraction of the op's arithmetic on one (the busiest) socket."""
+    if sh.strategy == "sp":
+        return 1.0 / sh.degree
+    if sh.strategy == "dp":
+        units = wl.batch if op.kind == "attention" else wl.tokens
+        return _share("T", sh.degree, units) / sh.seq_split
+    if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not prefill:
+        return 1.0  # replicated token-wise work in decode
+    return 1.0 / sh.degree
+
+
 @dataclass
 class ShardedLayer:
     ops: dict[str, OpPlan]
@@ -204,141 +253,220 @@ class ShardedLayer:
     layouts: dict[str, str]
 
 
-def shard(
+@dataclass
+class _State:
+    """Layouts and collectives as the pass walks the graph."""
+
+    layouts: dict[str, str] = field(default_factory=dict)
+    degrees: dict[str, int] = field(default_factory=dict)  # sockets a split/partial tensor spans
+    plans: dict[str, OpPlan] = field(default_factory=dict)
+    colls: list[Collective] = field(default_factory=list)
+    host: dict[int, str] = field(default_factory=dict)
+    converted: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def _convert_inputs(
     graph: Graph,
-    fused: list[FusedKernel],
-    kind: str,
+    op: Op,
+    sh: OpSharding,
+    have: list[str],
+    need: list[str],
+    st: _State,
+    ctx: ShardContext,
+) -> None:
+    """Insert the collectives that bring each input from the layout it has to the one needed."""
+    env = ctx.workload.env()
+    for t, h, r in zip(op.inputs, have, need, strict=True):
+        tensor = graph.tensors[t]
+        if tensor.kind == TensorKind.CACHE or h == r or (h, r) not in _CONVERSIONS:
+            continue
+        # a split or partial tensor spans its producer's sockets: converting it for a consumer
+        # with another (or no) split involves all of them
+        dc = max(sh.degree * sh.seq_split, st.degrees.get(t, 1) if h != "R" else 1)
+        key = (t, r)
+        if dc <= 1 or key in st.converted:
+            continue
+        kind = _CONVERSIONS[(h, r)]
+        cost = collective_cost(kind, tensor.nbytes(env), dc, ctx.topology)
+        st.converted[key] = len(st.colls)
+        src = graph.producer.get(t)
+        st.colls.append(Collective(kind.value, t, cost.bytes_sent, cost.rounds, src, op.name))
+        st.host[len(st.colls) - 1] = src if src is not None else op.name
+
+
+def _input_traffic(
+    graph: Graph,
+    op: Op,
+    sh: OpSharding,
+    need: list[str],
+    fk: FusedKernel,
+    kernel_of: dict[str, FusedKernel],
     wl: Workload,
-    sockets: int,
-    tiling_kv_block: dict[str, int | None],
-    topology: str = "all-to-all",
-) -> ShardedLayer:
-    """Split every op of a fused layer over the sockets and insert the collectives it needs."""
-    kernel_of = {n: fk for fk in fused for n in fk.ops}
-    seq_parallel = wl.seq > 1
+) -> tuple[float, float]:
+    """(bytes read from HBM, bytes streamed in from producers inside the kernel)."""
     env = wl.env()
-    layouts: dict[str, str] = {}
-    degrees: dict[str, int] = {}  # sockets a tensor's split (or partial sums) spans
-    # the layer input arrives in the layout the previous layer leaves its output in
+    hbm_read = stream_in = 0.0
+    for t, r in zip(op.inputs, need, strict=True):
+        tensor = graph.tensors[t]
+        if tensor.kind == TensorKind.CACHE:
+            continue
+        size = tensor.nbytes(env) * _share(r, sh.degree, wl.tokens)
+        src = graph.producer.get(t)
+        if src is not None and kernel_of[src] is fk:
+            stream_in += size
+        else:
+            hbm_read += size
+    return hbm_read, stream_in
+
+
+def _flash_reread(graph: Graph, op: Op, kv_block: int | None, frac: float, wl: Workload) -> float:
+    """Flash-style prefill attention re-reads the K/V blocks for each query block (causal: about
+    half of them)."""
+    if not (op.kind == "attention" and op.attrs.get("causal") and wl.seq > 1):
+        return 0.0
+    block = kv_block or wl.seq
+    nb = math.ceil(wl.seq / block)
+    if nb <= 1:
+        return 0.0
+    kv_in = sum(graph.tensors[t].nbytes(wl.env()) for t in op.inputs[1:]) * frac
+    return kv_in * ((nb + 1) / 2 - 1)
+
+
+def _writes_leave_kernel(
+    graph: Graph, op: Op, fk: FusedKernel, kernel_of: dict[str, FusedKernel]
+) -> bool:
+    """An output goes to HBM when a consumer sits in another kernel, nothing consumes it in the
+    layer (the layer output), or it is a cache."""
+    return (
+        any(kernel_of[c] is not fk for t in op.outputs for c in graph.consumers(t))
+        or any(not graph.consumers(t) for t in op.outputs)
+        or any(graph.tensors[t].kind == TensorKind.CACHE for t in op.outputs)
+    )
+
+
+def _plan_op(
+    graph: Graph,
+    op: Op,
+    fk: FusedKernel,
+    kernel_of: dict[str, FusedKernel],
+    kind: str,
+    st: _State,
+    ctx: ShardContext,
+) -> OpPlan:
+    wl = ctx.workload
+    seq_parallel = ctx.prefill
+    sh = small_batch_split(op, resolve_sharding(fk, op.name, kind), wl.batch)
+    _check_divisible(op, sh, ctx.sockets)
+    have = [st.layouts.get(t, "R") for t in op.inputs]
+    need, out = _required(op, sh, seq_parallel, graph, have)
+    _convert_inputs(graph, op, sh, have, need, st, ctx)
+    hbm_read, stream_in = _input_traffic(graph, op, sh, need, fk, kernel_of, wl)
+    frac = _work_share(op, sh, wl, ctx.prefill)
+    flops = costs.flops(op, graph, wl)
+    # caches and explicit read shapes (gathers, cache reads) come straight from HBM
+    cache_read = 0.0
+    if "read_shape" in op.attrs:
+        share = (
+            cache_share(op, sh.strategy, sh.degree, wl.batch, sh.seq_split)
+            if op.kind == "attention"
+            else frac
+        )
+        cache_read = costs.bytes_read(op, graph, wl) * share
+        if op.kind in ("gather", "gemm"):
+            hbm_read = 0.0  # the read shape replaces the whole-tensor reads
+    hbm_read += _flash_reread(graph, op, ctx.kv_blocks.get(fk.spec.name), frac, wl)
+    out_bytes = sum(graph.tensors[t].nbytes(wl.env()) for t in op.outputs)
+    if "write_shape" in op.attrs:
+        out_bytes = costs.bytes_written(op, graph, wl)
+    out_share = _share(out, sh.degree, wl.tokens) if out != "P" else 1.0
+    if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not seq_parallel:
+        out_share = 1.0
+    hbm_write = out_bytes * out_share if _writes_leave_kernel(graph, op, fk, kernel_of) else 0.0
+    weight_share = 1.0
+    if sh.strategy in ("tp", "ep") and op.weights and op.tp_mode != TPMode.TOKEN:
+        weight_share = 1.0 / sh.degree
+    plan = OpPlan(
+        name=op.name,
+        kind=op.kind,
+        cost_class=op.cost_class.value,
+        strategy=sh.strategy,
+        degree=sh.degree,
+        flops=flops * frac,
+        hbm_read=hbm_read + cache_read,
+        hbm_write=hbm_write,
+        weight_bytes=op.weight_bytes() * weight_share,
+        stream_in=stream_in,
+        stream_out=out_bytes * out_share,
+        in_layouts=tuple(need),
+        out_layout=out,
+        full_flops=flops,
+        blocking=bool(op.attrs.get("blocking")),
+        seq_split=sh.seq_split,
+    )
+    _apply_expert_routing(plan, op, sh, frac, ctx)
+    for t in op.outputs:
+        st.layouts[t] = out
+        st.degrees[t] = sh.degree * sh.seq_split
+    return plan
+
+
+def _apply_expert_routing(
+    plan: OpPlan, op: Op, sh: OpSharding, frac: float, ctx: ShardContext
+) -> None:
+    """Routed-expert ops stream only the touched experts' weights; under ep the busiest socket's
+    token-slots set the work."""
+    experts = op.attrs.get("experts")
+    if not experts:
+        return
+    wl = ctx.workload
+    tokens = wl.tokens * (frac if sh.strategy == "dp" else 1.0)
+    share = expert_share(ctx.routing, experts, op.attrs["slots"], tokens, sh.strategy, sh.degree)
+    plan.experts_touched = share.experts_touched
+    if plan.weight_bytes > 0:
+        plan.weight_read_bytes = plan.weight_bytes * share.weight_read_fraction
+    if sh.strategy == "ep" and sh.degree > 1:
+        plan.flops = plan.full_flops * share.work_fraction
+
+
+def _correct_converted_writes(
+    graph: Graph, st: _State, kernel_of: dict[str, FusedKernel], wl: Workload
+) -> None:
+    """A collective hosted by its producer's kernel converts the tensor before it leaves the
+    chip, so what the producer writes to HBM is the converted layout's share."""
+    for c in st.colls:
+        if c.src is None or c.src not in st.plans or kernel_of[c.src] is kernel_of[c.dst]:
+            continue
+        prod = st.plans[c.src]
+        if prod.hbm_write <= 0:
+            continue
+        nbytes = graph.tensors[c.tensor].nbytes(wl.env())
+        target = _TARGET[CollectiveKind(c.kind)]
+        was = 1.0 if prod.out_layout == "P" else _share(prod.out_layout, prod.degree, wl.tokens)
+        now = 1.0 if target == "R" else _share("T", prod.degree, wl.tokens)
+        prod.hbm_write = max(0.0, prod.hbm_write + nbytes * (now - was))
+
+
+def shard(graph: Graph, fused: list[FusedKernel], kind: str, ctx: ShardContext) -> ShardedLayer:
+    """Split every op of a fused layer over the sockets and insert the collectives it needs.
+
+    Two passes: the layer's input arrives in the layout the previous layer (the same graph)
+    leaves its output in, which is known only after one pass.
+    """
+    kernel_of = {n: fk for fk in fused for n in fk.ops}
     layer_in = graph.graph_inputs()
-    for t in layer_in:
-        layouts[t] = "R"
-    plans: dict[str, OpPlan] = {}
-    colls: list[Collective] = []
-    host: dict[int, str] = {}
-    converted: dict[tuple[str, str], int] = {}
-    for _pass in range(2):  # second pass: layer input = what the layer outputs
-        layouts = {t: layouts.get(t, "R") for t in layer_in}
-        plans.clear()
-        colls.clear()
-        host.clear()
-        converted.clear()
+    st = _State(layouts=dict.fromkeys(layer_in, "R"))
+    for _pass in range(2):
+        st = _State(
+            layouts={t: st.layouts.get(t, "R") for t in layer_in},
+            degrees={t: st.degrees.get(t, 1) for t in layer_in},
+        )
         for op in graph:
-            fk = kernel_of[op.name]
-            sh = resolve_sharding(fk, op.name, kind)
-            _check_divisible(op, sh, wl, sockets)
-            d = sh.degree
-            have = [layouts.get(t, "R") for t in op.inputs]
-            need, out = _required(op, sh, seq_parallel, graph, have)
-            units_tok = wl.batch if op.kind == "attention" and sh.strategy == "dp" else wl.tokens
-            hbm_read = 0.0
-            stream_in = 0.0
-            for t, h, r in zip(op.inputs, have, need, strict=True):
-                tensor = graph.tensors[t]
-                if tensor.kind == TensorKind.CACHE:
-                    continue
-                # a split or partial tensor spans its producer's sockets: converting it for a
-                # consumer with another (or no) split involves all of them
-                dc = max(d, degrees.get(t, 1) if h != "R" else 1)
-                if h != r and (h, r) in _CONVERSIONS and dc > 1:
-                    key = (t, r)
-                    if key not in converted:
-                        ck = _CONVERSIONS[(h, r)]
-                        nbytes, steps = collective_cost(ck, tensor.nbytes(env), dc, topology)
-                        converted[key] = len(colls)
-                        src = graph.producer.get(t)
-                        colls.append(Collective(ck, t, nbytes, steps, src, op.name))
-                        host[len(colls) - 1] = src if src is not None else op.name
-                size = tensor.nbytes(env) * _share(r, d, wl.tokens)
-                src = graph.producer.get(t)
-                if src is not None and kernel_of[src] is fk:
-                    stream_in += size
-                else:
-                    hbm_read += size
-            frac = 1.0 / d if sh.strategy != "dp" else _share("T", d, units_tok)
-            if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not seq_parallel:
-                frac = 1.0  # replicated token-wise work in decode
-            flops = costs.flops(op, graph, wl)
-            # caches and explicit read shapes (gathers, cache reads) come straight from HBM
-            cache_read = 0.0
-            if "read_shape" in op.attrs:
-                share = (
-                    cache_share(op, sh.strategy, d, wl.batch) if op.kind == "attention" else frac
-                )
-                cache_read = costs.bytes_read(op, graph, wl) * share
-                if op.kind in ("gather", "gemm"):
-                    hbm_read = 0.0  # the read shape replaces the whole-tensor reads
-            kvb = tiling_kv_block.get(fk.spec.name)
-            if op.kind == "attention" and op.attrs.get("causal") and wl.seq > 1:
-                # flash-style: K/V blocks are re-read for each query block (causal: about half)
-                block = kvb or wl.seq
-                nb = math.ceil(wl.seq / block)
-                kv_in = sum(graph.tensors[t].nbytes(env) for t in op.inputs[1:]) * frac
-                hbm_read += kv_in * ((nb + 1) / 2 - 1) if nb > 1 else 0.0
-            out_bytes = sum(graph.tensors[t].nbytes(env) for t in op.outputs)
-            if "write_shape" in op.attrs:
-                out_bytes = costs.bytes_written(op, graph, wl)
-            out_share = _share(out, d, wl.tokens) if out != "P" else 1.0
-            if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not seq_parallel:
-                out_share = 1.0
-            consumers_outside = (
-                any(kernel_of[c] is not fk for t in op.outputs for c in graph.consumers(t))
-                or any(not graph.consumers(t) for t in op.outputs)
-                or any(graph.tensors[t].kind == TensorKind.CACHE for t in op.outputs)
-            )
-            hbm_write = out_bytes * out_share if consumers_outside else 0.0
-            stream_out = out_bytes * out_share
-            w = op.weight_bytes()
-            weight_share = 1.0
-            if sh.strategy in ("tp", "ep") and op.weights and op.tp_mode != TPMode.TOKEN:
-                weight_share = 1.0 / d
-            plans[op.name] = OpPlan(
-                name=op.name,
-                kind=op.kind,
-                cost_class=op.cost_class.value,
-                strategy=sh.strategy,
-                degree=d,
-                flops=flops * frac,
-                hbm_read=hbm_read + cache_read,
-                hbm_write=hbm_write,
-                weight_bytes=w * weight_share,
-                stream_in=stream_in,
-                stream_out=stream_out,
-                in_layouts=tuple(need),
-                out_layout=out,
-                full_flops=flops,
-                blocking=bool(op.attrs.get("blocking")),
-            )
-            for t in op.outputs:
-                layouts[t] = out
-                degrees[t] = d
-        # a collective hosted by its producer's kernel converts the tensor before it leaves the
-        # chip, so what the producer writes to HBM is the converted layout's share
-        for c in colls:
-            if c.src is None or c.src not in plans or kernel_of[c.src] is kernel_of[c.dst]:
-                continue
-            prod = plans[c.src]
-            if prod.hbm_write <= 0:
-                continue
-            nbytes = graph.tensors[c.tensor].nbytes(env)
-            target = _TARGET[c.kind]
-            was = 1.0 if prod.out_layout == "P" else _share(prod.out_layout, prod.degree, wl.tokens)
-            now = 1.0 if target == "R" else _share("T", prod.degree, wl.tokens)
-            prod.hbm_write = max(0.0, prod.hbm_write + nbytes * (now - was))
+            st.plans[op.name] = _plan_op(graph, op, kernel_of[op.name], kernel_of, kind, st, ctx)
+        _correct_converted_writes(graph, st, kernel_of, ctx.workload)
         outs = [t for t in graph.graph_outputs() if graph.tensors[t].kind != TensorKind.CACHE]
-        final = layouts.get(outs[0], "R") if outs else "R"
+        final = st.layouts.get(outs[0], "R") if outs else "R"
         for t in layer_in:
             if graph.tensors[t].kind != TensorKind.CACHE:
-                layouts[t] = final
-                degrees[t] = degrees.get(outs[0], 1) if outs else 1
-    return ShardedLayer(plans, colls, host, layouts)
+                st.layouts[t] = final
+                st.degrees[t] = st.degrees.get(outs[0], 1) if outs else 1
+    return ShardedLayer(st.plans, st.colls, st.host, st.layouts)

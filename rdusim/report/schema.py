@@ -36,25 +36,21 @@ def build_report(
                     "name": k.name,
                     "ops": [p.name for p in k.ops],
                     "sharding": k.sharding,
-                    "op_sharding": {
-                        p.name: f"{p.strategy}{p.degree}" if p.degree > 1 else "replicate"
-                        for p in k.ops
-                    },
+                    "op_sharding": {p.name: p.sharding_label for p in k.ops},
                     "pcus": k.pcus,
                     "pmus": k.pmus,
                     "sram_bytes": k.sram_bytes,
                     "collectives": [
-                        {"kind": c.kind, "tensor": c.tensor, "bytes": c.bytes, "steps": c.steps}
+                        {"kind": c.kind, "tensor": c.tensor, "bytes": c.bytes, "rounds": c.rounds}
                         for c in k.collectives
                     ],
                     "flops": sum(p.flops for p in k.ops),
                     "hbm_traffic_bytes": sum(
-                        p.hbm_read
-                        + p.hbm_write
-                        + (p.weight_bytes if p.cost_class != "memory" else 0.0)
-                        for p in k.ops
+                        p.hbm_read + p.hbm_write + p.streamed_weight_bytes for p in k.ops
                     ),
                     "latency_s": kt.latency_s if kt else None,
+                    "call_s": kt.call_share_s if kt else None,
+                    "pipeline_s": kt.pipeline_s if kt else None,
                     "share": kt.latency_s / total if kt and total else None,
                     "bottleneck": kt.bottleneck if kt else None,
                     "op_timing": [
@@ -72,11 +68,22 @@ def build_report(
                     else None,
                 }
             )
-        layers[kind] = {"count": lp.count, "latency_s": total, "kernels": kernels}
+        layers[kind] = {
+            "count": lp.count,
+            "latency_s": total,
+            "total_s": lr.total_s if lr else None,
+            "calls": lp.calls,
+            "looped": lp.looped,
+            "experts_touched": lp.experts_touched,
+            "kernels": kernels,
+        }
     extras = {
         name: {
-            "runs": result.extras[name].runs if result else 1,
-            "latency_s": result.extras[name].latency_s if result else None,
+            "runs": lp.executions,
+            "latency_s": result.extras[name].latency_s if result and lp.runs else None,
+            "total_s": result.extras[name].total_s if result else None,
+            "calls": lp.calls,
+            "experts_touched": lp.experts_touched,
             "kernels": [k.name for k in lp.kernels],
         }
         for name, lp in program.extras.items()
@@ -108,8 +115,27 @@ def build_report(
         if result
         else None,
         "total_latency_s": total_latency,
+        "kernel_calls": result.kernel_calls if result else sum(lp.calls for lp in program.all_layers()),
+        "kernel_call_time_s": result.kernel_call_time_s if result else None,
+        "orchestration": program.orchestration,
+        "kernel_looping": any(lp.looped for lp in program.layers.values()),
+        "experts_touched": {
+            kind: lp.experts_touched
+            for kind, lp in program.layers.items()
+            if lp.experts_touched is not None
+        },
         "max_batch_size": None,
+        "mtp": {
+            "mode": program.mtp_mode,
+            "draft_tokens": program.draft_tokens,
+            "verified_tokens": program.workload.seq,
+        }
+        if program.phase == "decode"
+        else None,
         "tokens_per_step": program.tokens_per_step if program.phase == "decode" else None,
+        "tpot_s": total_latency / program.tokens_per_step
+        if program.phase == "decode" and total_latency
+        else None,
         "throughput_tokens_per_s": throughput,
         "calibration": calibration,
     }

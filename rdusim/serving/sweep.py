@@ -1,8 +1,9 @@
 """Parameter sweeps: `run_mapping` over the cartesian product of `--set key=v1,v2,...` values.
 
 Points run in parallel on local cores (one process each) and come back in grid order, so the
-rows do not depend on the number of jobs. A user mistake at any point is a `SpecError` naming the
-point; nothing of a failed sweep is returned.
+rows do not depend on the number of jobs. Every point's mapping must load (a bad key or value is
+a `SpecError` naming the point, before anything runs); a point that loads but cannot run (it does
+not fit in HBM, say) becomes a row with `status: infeasible` and the reason, and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,10 @@ from typing import Any
 from rdusim.errors import RdusimError, SpecError
 from rdusim.spec.yamlio import parse_value
 
+STATUS_OK = "ok"
+STATUS_INFEASIBLE = "infeasible"
+# `status` is `ok` or `infeasible`; `reason` is empty, or the user error that stopped the point.
+STATUS_COLUMNS = ("status", "reason")
 RESULT_COLUMNS = (
     "batch",
     "max_batch_size",
@@ -91,12 +96,18 @@ def describe(point: Point) -> str:
     return ", ".join(f"{k}={v}" for k, v in point) or "(no --set)"
 
 
+def settings(point: Point) -> dict[str, Any]:
+    """The point's swept values, typed as YAML reads them."""
+    return {k: parse_value(v) for k, v in point}
+
+
 def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:
-    """One sweep row: the point's settings, headline results, and kernel latencies of the most
-    numerous layer kind (columns `<kind>.<kernel>.latency_s`). A swept key that is also a result column
-    (`batch=16,max`) keeps the value as set; `max_batch_size` shows what `max` became."""
+    """One sweep row: the point's settings, `status: ok`, headline results, and kernel latencies
+    of the most numerous layer kind (columns `<kind>.<kernel>.latency_s`). A swept key that is
+    also a result column (`batch=16,max`) keeps the value as set; `max_batch_size` shows what
+    `max` became."""
     hbm = report.get("hbm_bytes") or {}
-    row: dict[str, Any] = {k: parse_value(v) for k, v in point}
+    row: dict[str, Any] = settings(point) | {"status": STATUS_OK, "reason": ""}
     results = {
         "batch": report.get("batch"),
         "max_batch_size": report.get("max_batch_size"),
@@ -116,6 +127,16 @@ def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def infeasible_row(point: Point, reason: str) -> dict[str, Any]:
+    """The row of a point that loaded but could not run: its settings and why."""
+    row = settings(point) | {"status": STATUS_INFEASIBLE, "reason": reason}
+    return row | {k: None for k in RESULT_COLUMNS if k not in row}
+
+
+def is_ok(row: dict[str, Any]) -> bool:
+    return bool(row.get("status") == STATUS_OK)
+
+
 @dataclass(frozen=True)
 class PointError:
     """A user error at one point, in a form that crosses process boundaries."""
@@ -131,6 +152,12 @@ class PointError:
         if isinstance(exc, SpecError):
             return cls(exc.problem, exc.file, exc.key, exc.line, exc.fix)
         return cls(str(exc))
+
+    def reason(self) -> str:
+        """The error on one line, for the `reason` column."""
+        text = f"{self.key}: {self.problem}" if self.key else self.problem
+        text = " ".join(text.split())
+        return f"{text}; fix: {' '.join(self.fix.split())}" if self.fix else text
 
     def at(self, point: Point) -> SpecError:
         return SpecError(
@@ -171,47 +198,56 @@ def run_sweep(
     checked: bool = False,
     progress: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows for every point, in grid order.
+    """One row per point, in grid order; a point that hit a user error is an infeasible row.
 
-    Every point's mapping is loaded first unless `checked` says `check_points` already did. A user
-    error at a point stops the sweep (points not yet started are cancelled) and is raised
-    as a SpecError naming the point.
+    Every point's mapping is loaded first unless `checked` says `check_points` already did (a
+    point that does not load raises a SpecError naming it). An exception that is not a user
+    error is a bug: it cancels the points not yet started and propagates.
     """
     path = str(path)
     if not checked:
         check_points(path, points)
-    results: list[dict[str, Any] | PointError | None] = [None] * len(points)
     if jobs <= 1 or len(points) <= 1:
-        for i, point in enumerate(points):
-            results[i] = run_point(path, point)
-            if progress:
-                progress()
-            if isinstance(results[i], PointError):
-                break
+        results = [_counted(run_point(path, p), progress) for p in points]
     else:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(points))) as pool:
-            futures: dict[Future[dict[str, Any] | PointError], int] = {
-                pool.submit(run_point, path, p): i for i, p in enumerate(points)
-            }
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    results[futures[fut]] = fut.result()
-                    if progress:
-                        progress()
-                if any(isinstance(r, PointError) for r in results):
-                    pool.shutdown(cancel_futures=True)
-                    break
-    for point, res in zip(points, results, strict=True):
-        if isinstance(res, PointError):
-            raise res.at(point)
-    return [r for r in results if isinstance(r, dict)]
+        results = _run_parallel(path, points, jobs, progress)
+    return [
+        infeasible_row(p, r.reason()) if isinstance(r, PointError) else r
+        for p, r in zip(points, results, strict=True)
+    ]
+
+
+def _counted(
+    result: dict[str, Any] | PointError, progress: Callable[[], None] | None
+) -> dict[str, Any] | PointError:
+    if progress:
+        progress()
+    return result
+
+
+def _run_parallel(
+    path: str, points: Sequence[Point], jobs: int, progress: Callable[[], None] | None
+) -> list[dict[str, Any] | PointError]:
+    """`run_point` for every point on `jobs` processes, results in grid order."""
+    results: list[dict[str, Any] | PointError | None] = [None] * len(points)
+    with ProcessPoolExecutor(max_workers=min(jobs, len(points))) as pool:
+        futures: dict[Future[dict[str, Any] | PointError], int] = {
+            pool.submit(run_point, path, p): i for i, p in enumerate(points)
+        }
+        try:
+            for fut in as_completed(futures):
+                results[futures[fut]] = _counted(fut.result(), progress)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return [r for r in results if r is not None]
 
 
 def columns(axes: Sequence[Axis], rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Swept keys, the result columns, then kernel latency columns in order of appearance."""
-    cols = [a.key for a in axes] + [c for c in RESULT_COLUMNS if c not in {a.key for a in axes}]
+    """Swept keys, status and reason, the result columns, then kernel latency columns in order
+    of appearance."""
+    swept = [a.key for a in axes]
+    cols = swept + [c for c in (*STATUS_COLUMNS, *RESULT_COLUMNS) if c not in swept]
     for r in rows:
         cols += [c for c in r if c not in cols]
     return cols

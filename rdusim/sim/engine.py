@@ -2,30 +2,39 @@
 
 Each op is a pipeline stage that processes the kernel's tiles in order. A stage starts tile i
 when its in-kernel producers have delivered tile i and its loader has brought tile i's HBM
-bytes (activations, cache, this tile's share of the weights) on chip; loaders run ahead by one
-tile (double buffering). Outputs that leave the kernel go back to HBM through a writer. HBM and
-the P2P links are per-socket bandwidth resources shared by every stage; a collective is a stage
-on the P2P link that streams tile by tile as its producer emits them, so communication overlaps
-compute (paper Fig. 6). Sockets doing identical work can be simulated once (`sockets=1`); with
-`sockets=N` every socket is simulated and collectives wait for all peers, tile by tile.
+bytes (activations, cache, this tile's share of the weights it streams) on chip; loaders run
+ahead by one tile (double buffering). Outputs that leave the kernel go back to HBM through a
+writer. HBM and the P2P links are per-socket bandwidth resources shared by every stage; a
+collective is a stage on the P2P link that streams tile by tile as its producer emits them, so
+communication overlaps compute (paper Fig. 6), and pays its rounds of link latency once.
+
+`iterations` > 1 chains executions of the kernel as one looped call does: loaders stream the
+next iteration's weights as soon as their buffers free up, while the stages that read the layer's
+input wait for the previous iteration to finish. Sockets doing identical work can be simulated
+once (`sockets=1`); with `sockets=N` every socket is simulated and collectives wait for all
+peers, tile by tile.
+
+This module times the pipeline only; kernel calls and tile-count extrapolation are
+`rdusim.sim.kernel`'s business.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
-from rdusim.compiler.allocate import efficiency
-from rdusim.compiler.program import Collective, Kernel
+from rdusim.compiler.program import Collective, Kernel, OpPlan
 from rdusim.spec.hardware import Hardware
 
-# Tiles simulated per kernel at most. Real tiles are fine-grained, so a pipeline's fill and drain
-# are a small fraction of a kernel; with T simulated tiles and S stages they cost ~S/T of it.
-# 64 keeps that under a few percent for the paper's kernels while a full R1 prefill simulates in
-# about 0.1 s (benchmarks/). A modelling resolution, not a fitted value.
+# Tiles simulated per kernel at most; kernels with more real tiles are extrapolated from two
+# resolutions (`rdusim.sim.kernel`).
 MAX_SIM_TILES = 64
+
+Process = Generator[simpy.Event, Any, None]
 
 
 @dataclass
@@ -50,17 +59,16 @@ class OpTiming:
 
 
 @dataclass
-class KernelTiming:
-    name: str
-    latency_s: float  # launch + pipeline
-    launch_s: float
+class PipelineRun:
+    """One simulated run of a kernel's pipeline (all iterations), per socket."""
+
     pipeline_s: float
-    ops: list[OpTiming]
+    ops: list[OpTiming]  # per iteration
     bottleneck: str
-    hbm_bytes: float
-    p2p_bytes: float
-    hbm_busy_s: float
-    p2p_busy_s: float
+    hbm_bytes: float  # per iteration
+    p2p_bytes: float  # per iteration
+    hbm_busy_s: float  # per iteration
+    p2p_busy_s: float  # per iteration
     slices: list[Slice] = field(default_factory=list)
 
 
@@ -70,181 +78,250 @@ class _Barrier:
     def __init__(self, env: simpy.Environment, parties: int) -> None:
         self.env = env
         self.parties = parties
-        self.count: dict[int, int] = defaultdict(int)
-        self.events: dict[int, simpy.Event] = {}
+        self.count: dict[tuple[int, int], int] = defaultdict(int)
+        self.events: dict[tuple[int, int], simpy.Event] = {}
 
-    def arrive(self, tile: int) -> simpy.Event:
-        ev = self.events.setdefault(tile, self.env.event())
-        self.count[tile] += 1
-        if self.count[tile] == self.parties:
+    def arrive(self, key: tuple[int, int]) -> simpy.Event:
+        ev = self.events.setdefault(key, self.env.event())
+        self.count[key] += 1
+        if self.count[key] == self.parties:
             ev.succeed()
         return ev
 
 
-def simulate_kernel(
-    kernel: Kernel, hw: Hardware, *, sockets: int = 1, trace: bool = False
-) -> KernelTiming:
-    """Simulate one execution of `kernel` (per-socket figures)."""
-    env = simpy.Environment()
-    cal = hw.calibration
-    hbm_rate = hw.socket.hbm.bandwidth * cal.hbm_efficiency
-    p2p_rate = hw.links.p2p_bandwidth * cal.p2p_efficiency
-    n = max(1, min(kernel.tiles, MAX_SIM_TILES))
-    launch = cal.kernel_launch_s
-    names = {p.name for p in kernel.ops}
-    slices: list[Slice] = []
-    busy: dict[str, float] = defaultdict(float)
-    hbm_time: dict[str, float] = defaultdict(float)
-    totals = {"hbm": 0.0, "p2p": 0.0, "hbm_bytes": 0.0, "p2p_bytes": 0.0}
-    barriers = {id(c): _Barrier(env, sockets) for c in kernel.collectives}
+@dataclass
+class _Wiring:
+    """Who feeds whom inside the kernel; the same on every socket."""
 
-    def record(track: str, name: str, start: float, socket: int) -> None:
-        if trace:
-            slices.append(Slice(track, name, start, env.now, socket))
+    producers: dict[str, list[str]]
+    consumers: dict[str, list[str]]
+    coll_for_dst: dict[str, list[Collective]]
+    coll_from_src: dict[str, list[Collective]]
 
-    def transfer(res: simpy.Resource, nbytes: float, rate: float, who: str, kind: str, socket: int):
+    @classmethod
+    def of(cls, kernel: Kernel) -> _Wiring:
+        names = {p.name for p in kernel.ops}
+        w = cls(defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list))
+        for src, dst in kernel.edges:
+            w.consumers[src].append(dst)
+            w.producers[dst].append(src)
+        for c in kernel.collectives:
+            if c.src in names:
+                w.coll_from_src[c.src].append(c)
+            if c.dst in names:
+                w.coll_for_dst[c.dst].append(c)
+        return w
+
+    def is_source(self, op: str) -> bool:
+        """Reads only what earlier kernels (or the previous iteration) left in HBM."""
+        return not self.producers[op] and not any(
+            c.src is not None for c in self.coll_for_dst[op]
+        )
+
+
+class _Run:
+    """One simpy environment simulating `sockets` copies of a kernel for `iterations`."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        hw: Hardware,
+        *,
+        tiles: int,
+        iterations: int,
+        sockets: int,
+        trace: bool,
+    ) -> None:
+        self.kernel = kernel
+        self.hw = hw
+        self.n = tiles
+        self.iterations = iterations
+        self.sockets = sockets
+        self.trace = trace
+        self.env = simpy.Environment()
+        self.hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
+        self.p2p_rate = hw.links.p2p_bandwidth
+        self.wiring = _Wiring.of(kernel)
+        self.slices: list[Slice] = []
+        self.busy: dict[str, float] = defaultdict(float)
+        self.hbm_time: dict[str, float] = defaultdict(float)
+        self.totals = {"hbm": 0.0, "p2p": 0.0, "hbm_bytes": 0.0, "p2p_bytes": 0.0}
+        self.barriers = {id(c): _Barrier(self.env, sockets) for c in kernel.collectives}
+        # iteration j is done on socket s when all of its stages and writers have finished
+        self.done = [
+            [self.env.event() for _ in range(iterations)] for _ in range(sockets)
+        ]
+        self.pending = [[0] * iterations for _ in range(sockets)]
+
+    # --- bookkeeping ---------------------------------------------------------------------
+    def record(self, track: str, name: str, start: float, socket: int) -> None:
+        if self.trace:
+            self.slices.append(Slice(track, name, start, self.env.now, socket))
+
+    def finished(self, socket: int, it: int) -> None:
+        self.pending[socket][it] -= 1
+        if self.pending[socket][it] == 0:
+            self.done[socket][it].succeed()
+
+    def transfer(
+        self, res: simpy.Resource, nbytes: float, kind: str, who: str, socket: int
+    ) -> Process:
         if nbytes <= 0:
             return
+        rate = self.hbm_rate if kind == "hbm" else self.p2p_rate
         with res.request() as req:
             yield req
-            start = env.now
-            yield env.timeout(nbytes / rate)
+            start = self.env.now
+            yield self.env.timeout(nbytes / rate)
             if socket == 0:
-                totals[kind] += nbytes / rate
-                totals[f"{kind}_bytes"] += nbytes
+                self.totals[kind] += nbytes / rate
+                self.totals[f"{kind}_bytes"] += nbytes
                 if kind == "hbm":
-                    hbm_time[who] += nbytes / rate
-            record(f"{kind.upper()}", who, start, socket)
+                    self.hbm_time[who] += nbytes / rate
+            self.record(kind.upper(), who, start, socket)
 
-    # the kernel's wiring is the same on every socket
-    consumers: dict[str, list[str]] = defaultdict(list)
-    producers: dict[str, list[str]] = defaultdict(list)
-    coll_for_dst: dict[str, list[Collective]] = defaultdict(list)
-    coll_from_src: dict[str, list[Collective]] = defaultdict(list)
-    for c in kernel.collectives:
-        if c.src in names:
-            coll_from_src[c.src].append(c)
-        if c.dst in names:
-            coll_for_dst[c.dst].append(c)
-    for src, dst in kernel.edges:
-        consumers[src].append(dst)
-        producers[dst].append(src)
-    ops = kernel.ops
-
-    for s in range(sockets):
-        hbm = simpy.Resource(env, capacity=1)
-        p2p = simpy.Resource(env, capacity=1)
-        # each socket has its own stores: one per (producer -> consumer) edge inside the kernel,
-        # two per collective. The processes below bind them as default arguments, because their
-        # bodies only run in env.run(), after this loop has moved on to the last socket.
-        edges: dict[tuple[str, str], simpy.Store] = {e: simpy.Store(env) for e in kernel.edges}
-        coll_out: dict[int, simpy.Store] = {}
-        coll_in: dict[int, simpy.Store] = {}
-        for c in kernel.collectives:
-            coll_out[id(c)] = simpy.Store(env)  # delivers converted tiles to the consumer
-            coll_in[id(c)] = simpy.Store(env)  # tiles from the producer
-
-        def loader(p, out: simpy.Store, sock=s, hbm=hbm):
-            weights = p.weight_bytes if p.cost_class != "memory" else 0.0
-            per_tile = (p.hbm_read + weights + p.spill_bytes) / n
-            for i in range(n):
-                yield from transfer(hbm, per_tile, hbm_rate, p.name, "hbm", sock)
+    # --- processes -------------------------------------------------------------------------
+    def loader(self, p: OpPlan, out: simpy.Store, hbm: simpy.Resource, socket: int) -> Process:
+        per_tile = (p.hbm_read + p.streamed_weight_bytes + p.spill_bytes) / self.n
+        for _ in range(self.iterations):
+            for i in range(self.n):
+                yield from self.transfer(hbm, per_tile, "hbm", p.name, socket)
                 yield out.put(i)
 
-        def writer(p, inbox: simpy.Store, done: simpy.Event, sock=s, hbm=hbm):
-            per_tile = p.hbm_write / n
-            for _ in range(n):
+    def writer(self, p: OpPlan, inbox: simpy.Store, hbm: simpy.Resource, socket: int) -> Process:
+        per_tile = p.hbm_write / self.n
+        for it in range(self.iterations):
+            for _ in range(self.n):
                 yield inbox.get()
-                yield from transfer(hbm, per_tile, hbm_rate, p.name, "hbm", sock)
-            done.succeed()
+                yield from self.transfer(hbm, per_tile, "hbm", p.name, socket)
+            self.finished(socket, it)
 
-        def collective(c: Collective, sock=s, p2p=p2p, coll_in=coll_in, coll_out=coll_out):
-            per_tile = c.bytes / n
-            for i in range(n):
-                if c.src in names:
-                    yield coll_in[id(c)].get()
-                start = env.now
-                latency = c.steps * hw.links.p2p_latency_s if i == 0 else 0.0
-                if latency:
-                    yield env.timeout(latency)
-                yield from transfer(p2p, per_tile, p2p_rate, f"{c.kind} {c.tensor}", "p2p", sock)
-                yield barriers[id(c)].arrive(i)
-                record("P2P", f"{c.kind} {c.tensor}", start, sock)
-                yield coll_out[id(c)].put(i)
+    def collective(
+        self,
+        c: Collective,
+        p2p: simpy.Resource,
+        inbox: simpy.Store,
+        outbox: simpy.Store,
+        socket: int,
+    ) -> Process:
+        per_tile = c.bytes / self.n
+        label = f"{c.kind} {c.tensor}"
+        fed = c.src in {p.name for p in self.kernel.ops}
+        for it in range(self.iterations):
+            if not fed and it > 0:
+                yield self.done[socket][it - 1]  # it converts what the last iteration wrote
+            for i in range(self.n):
+                if fed:
+                    yield inbox.get()
+                start = self.env.now
+                if i == 0 and c.rounds:
+                    yield self.env.timeout(c.rounds * self.hw.links.p2p_latency_s)
+                yield from self.transfer(p2p, per_tile, "p2p", label, socket)
+                yield self.barriers[id(c)].arrive((it, i))
+                self.record("P2P", label, start, socket)
+                yield outbox.put(i)
 
-        def stage(
-            p,
-            loaded: simpy.Store,
-            wbox: simpy.Store | None,
-            sock=s,
-            edges=edges,
-            coll_in=coll_in,
-            coll_out=coll_out,
-        ):
-            rate = p.pcus * hw.socket.flops_per_pcu * efficiency(hw, p.cost_class)
-            per_tile = p.flops / n / rate if rate > 0 and p.flops > 0 else 0.0
-            waits = n if p.blocking else 1  # a blocking op first takes in every input tile
-            for i in range(n):
-                for _ in range(waits if i == 0 else (0 if p.blocking else 1)):
-                    for src in producers[p.name]:
+    def stage(
+        self,
+        p: OpPlan,
+        loaded: simpy.Store,
+        wbox: simpy.Store | None,
+        edges: dict[tuple[str, str], simpy.Store],
+        coll_in: dict[int, simpy.Store],
+        coll_out: dict[int, simpy.Store],
+        socket: int,
+    ) -> Process:
+        w = self.wiring
+        rate = p.pcus * self.hw.socket.flops_per_pcu * self.hw.calibration.efficiency(p.cost_class)
+        per_tile = p.flops / self.n / rate if rate > 0 and p.flops > 0 else 0.0
+        waits_first = self.n if p.blocking else 1  # a blocking op first takes in every tile
+        source = w.is_source(p.name)
+        for it in range(self.iterations):
+            if source and it > 0:
+                yield self.done[socket][it - 1]  # the layer input is the last iteration's output
+            for i in range(self.n):
+                waits = waits_first if i == 0 else (0 if p.blocking else 1)
+                for _ in range(waits):
+                    for src in w.producers[p.name]:
                         yield edges[(src, p.name)].get()
-                    for c in coll_for_dst[p.name]:
+                    for c in w.coll_for_dst[p.name]:
                         yield coll_out[id(c)].get()
                 yield loaded.get()
-                start = env.now
+                start = self.env.now
                 if per_tile:
-                    yield env.timeout(per_tile)
-                    if sock == 0:
-                        busy[p.name] += per_tile
-                record("op", p.name, start, sock)
-                for dst in consumers[p.name]:
+                    yield self.env.timeout(per_tile)
+                    if socket == 0:
+                        self.busy[p.name] += per_tile
+                self.record("op", p.name, start, socket)
+                for dst in w.consumers[p.name]:
                     yield edges[(p.name, dst)].put(i)
-                for c in coll_from_src[p.name]:
+                for c in w.coll_from_src[p.name]:
                     yield coll_in[id(c)].put(i)
                 if wbox is not None:
                     yield wbox.put(i)
+            self.finished(socket, it)
 
-        writes_done: list[simpy.Event] = []
-        for p in ops:
+    def start_socket(self, s: int) -> None:
+        env = self.env
+        hbm = simpy.Resource(env, capacity=1)
+        p2p = simpy.Resource(env, capacity=1)
+        edges = {e: simpy.Store(env) for e in self.kernel.edges}
+        coll_in = {id(c): simpy.Store(env) for c in self.kernel.collectives}
+        coll_out = {id(c): simpy.Store(env) for c in self.kernel.collectives}
+        for it in range(self.iterations):
+            self.pending[s][it] = len(self.kernel.ops) + sum(
+                1 for p in self.kernel.ops if p.hbm_write > 0
+            )
+        for p in self.kernel.ops:
             loaded = simpy.Store(env, capacity=2)
-            env.process(loader(p, loaded))
+            env.process(self.loader(p, loaded, hbm, s))
             wbox = None
             if p.hbm_write > 0:
                 wbox = simpy.Store(env)
-                done = env.event()
-                writes_done.append(done)
-                env.process(writer(p, wbox, done))
-            env.process(stage(p, loaded, wbox))
-        for c in kernel.collectives:
-            env.process(collective(c))
+                env.process(self.writer(p, wbox, hbm, s))
+            env.process(self.stage(p, loaded, wbox, edges, coll_in, coll_out, s))
+        for c in self.kernel.collectives:
+            env.process(self.collective(c, p2p, coll_in[id(c)], coll_out[id(c)], s))
 
-    env.run()
-    pipeline = env.now
-    latency = launch + pipeline
-    timings: list[OpTiming] = []
-    for p in kernel.ops:
-        b = busy[p.name]
-        h = hbm_time[p.name]
-        bound = "compute" if b >= h and b > 0 else ("hbm" if h > 0 else "input")
-        timings.append(OpTiming(p.name, b, h, max(0.0, pipeline - max(b, h)), p.pcus, bound))
-    candidates = {f"op {t.name}": max(t.busy_s, 0.0) for t in timings}
-    candidates["HBM bandwidth"] = totals["hbm"]
-    candidates["P2P links"] = totals["p2p"]
-    bottleneck = max(candidates, key=lambda k: candidates[k]) if candidates else "launch"
-    if trace:
-        slices = [
-            Slice(x.track, x.name, x.start + launch, x.end + launch, x.socket) for x in slices
-        ]
-    return KernelTiming(
-        name=kernel.name,
-        latency_s=latency,
-        launch_s=launch,
-        pipeline_s=pipeline,
-        ops=timings,
-        bottleneck=bottleneck,
-        hbm_bytes=totals["hbm_bytes"],
-        p2p_bytes=totals["p2p_bytes"],
-        hbm_busy_s=totals["hbm"],
-        p2p_busy_s=totals["p2p"],
-        slices=slices,
-    )
+    def run(self) -> PipelineRun:
+        for s in range(self.sockets):
+            self.start_socket(s)
+        self.env.run()
+        pipeline = self.env.now
+        k = self.iterations
+        timings: list[OpTiming] = []
+        for p in self.kernel.ops:
+            b = self.busy[p.name] / k
+            h = self.hbm_time[p.name] / k
+            bound = "compute" if b >= h and b > 0 else ("hbm" if h > 0 else "input")
+            stall = max(0.0, pipeline / k - max(b, h))
+            timings.append(OpTiming(p.name, b, h, stall, p.pcus, bound))
+        candidates = {f"op {t.name}": t.busy_s for t in timings}
+        candidates["HBM bandwidth"] = self.totals["hbm"] / k
+        candidates["P2P links"] = self.totals["p2p"] / k
+        return PipelineRun(
+            pipeline_s=pipeline,
+            ops=timings,
+            bottleneck=max(candidates, key=lambda n: candidates[n]),
+            hbm_bytes=self.totals["hbm_bytes"] / k,
+            p2p_bytes=self.totals["p2p_bytes"] / k,
+            hbm_busy_s=self.totals["hbm"] / k,
+            p2p_busy_s=self.totals["p2p"] / k,
+            slices=self.slices,
+        )
+
+
+def simulate_pipeline(
+    kernel: Kernel,
+    hw: Hardware,
+    *,
+    tiles: int | None = None,
+    iterations: int = 1,
+    sockets: int = 1,
+    trace: bool = False,
+) -> PipelineRun:
+    """Simulate `iterations` chained executions of `kernel` with `tiles` tiles each (default:
+    the kernel's tiles, at most MAX_SIM_TILES)."""
+    n = tiles if tiles is not None else max(1, min(kernel.tiles, MAX_SIM_TILES))
+    run = _Run(kernel, hw, tiles=n, iterations=iterations, sockets=sockets, trace=trace)
+    return run.run()

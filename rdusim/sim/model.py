@@ -1,17 +1,18 @@
-"""Simulate a whole compiled program: every distinct kernel once, then count layers.
+"""Simulate a whole compiled program: every distinct kernel once, then count executions.
 
-Layers of one kind run identical kernels, so each is simulated once and multiplied by the
-layer count. Prefill time is time to first token (embedding, every layer, LM head for the last
-token); a decode step runs the embedding, every layer, the MTP module(s) and the LM head for the
-main model and each MTP module.
+Layers of one kind run identical kernels, so each kernel is timed once and multiplied by how
+often it runs. Prefill time is time to first token (embedding, every layer, LM head for the last
+token). A decode step runs the embedding, every layer and the LM head over the verified tokens,
+then the MTP module once per draft token. Kernel calls are counted and timed apart from the
+pipelines, so a report can say what the calls cost.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rdusim.compiler.program import Program
-from rdusim.sim.engine import KernelTiming, simulate_kernel
+from rdusim.compiler.program import LayerProgram, Program
+from rdusim.sim.kernel import KernelTiming, time_kernel
 from rdusim.spec.hardware import Hardware
 
 
@@ -19,11 +20,34 @@ from rdusim.spec.hardware import Hardware
 class LayerResult:
     kind: str
     count: int
-    runs: int  # executions per prompt / step
+    runs: int  # executions of each layer per prompt / step
+    looped: bool
     kernels: list[KernelTiming]
 
     @property
+    def executions(self) -> int:
+        return self.count * self.runs
+
+    @property
+    def calls(self) -> int:
+        """Kernel calls per prompt / step."""
+        per_run = len(self.kernels) if self.looped else self.count * len(self.kernels)
+        return self.runs * per_run
+
+    @property
+    def total_s(self) -> float:
+        """All executions of this kind per prompt / step, calls included."""
+        calls_per_run = 1 if self.looped else self.count
+        return self.runs * calls_per_run * sum(k.call_time_s for k in self.kernels)
+
+    @property
+    def call_time_s(self) -> float:
+        calls_per_kernel = self.runs * (1 if self.looped else self.count)
+        return calls_per_kernel * sum(k.call_s for k in self.kernels)
+
+    @property
     def latency_s(self) -> float:
+        """One layer execution, its share of the calls included."""
         return sum(k.latency_s for k in self.kernels)
 
 
@@ -33,38 +57,53 @@ class SimResult:
     layers: dict[str, LayerResult]
     extras: dict[str, LayerResult]
 
+    def all_layers(self) -> list[LayerResult]:
+        return [*self.layers.values(), *self.extras.values()]
+
     @property
     def total_latency_s(self) -> float:
-        return sum(r.latency_s * r.runs for r in (*self.layers.values(), *self.extras.values()))
+        return sum(r.total_s for r in self.all_layers())
+
+    @property
+    def kernel_calls(self) -> int:
+        return sum(r.calls for r in self.all_layers())
+
+    @property
+    def kernel_call_time_s(self) -> float:
+        return sum(r.call_time_s for r in self.all_layers())
 
     def traffic(self, which: str) -> float:
         """Bytes moved per socket over HBM or P2P for the whole prompt/step."""
         attr = "hbm_bytes" if which == "hbm" else "p2p_bytes"
-        return sum(
-            getattr(k, attr) * r.runs
-            for r in (*self.layers.values(), *self.extras.values())
-            for k in r.kernels
+        return sum(getattr(k, attr) * r.executions for r in self.all_layers() for k in r.kernels)
+
+
+def _time_layer(
+    lp: LayerProgram, hw: Hardware, orchestration: str, trace: bool, sockets: int
+) -> LayerResult:
+    if lp.runs == 0:  # deployed but not run (an MTP module in a `scaled` step)
+        return LayerResult(lp.kind, lp.count, 0, lp.looped, [])
+    looped = lp.count if lp.looped else 1
+    kernels = [
+        time_kernel(
+            k,
+            hw,
+            orchestration=orchestration,
+            looped_executions=looped,
+            sockets=sockets,
+            trace=trace,
         )
+        for k in lp.kernels
+    ]
+    return LayerResult(lp.kind, lp.count, lp.runs, lp.looped, kernels)
 
 
 def simulate(program: Program, hw: Hardware, *, trace: bool = False, sockets: int = 1) -> SimResult:
+    orch = program.orchestration
     layers = {
-        kind: LayerResult(
-            kind,
-            lp.count,
-            lp.count,
-            [simulate_kernel(k, hw, trace=trace, sockets=sockets) for k in lp.kernels],
-        )
-        for kind, lp in program.layers.items()
+        kind: _time_layer(lp, hw, orch, trace, sockets) for kind, lp in program.layers.items()
     }
-    n_mtp = sum(1 for n in program.extras if n.startswith("mtp") and n.endswith("_layer"))
-    extras = {}
-    for name, lp in program.extras.items():
-        runs = 1 + n_mtp if name == "head" and program.phase == "decode" else 1
-        extras[name] = LayerResult(
-            name,
-            1,
-            runs,
-            [simulate_kernel(k, hw, trace=trace, sockets=sockets) for k in lp.kernels],
-        )
+    extras = {
+        name: _time_layer(lp, hw, orch, trace, sockets) for name, lp in program.extras.items()
+    }
     return SimResult(program, layers, extras)

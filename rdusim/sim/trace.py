@@ -22,7 +22,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from rdusim.sim.engine import KernelTiming, Slice
+from rdusim.sim.engine import Slice
+from rdusim.sim.kernel import KernelTiming
 from rdusim.sim.model import LayerResult, SimResult
 
 MERGE_GAP_S = 1e-6  # transfers closer than this on one resource become one slice
@@ -129,9 +130,9 @@ def _kernel_events(
             {
                 **where,
                 "count": lr.count,
-                "runs": lr.runs,
+                "runs": lr.executions,
                 "latency_s": k.latency_s,
-                "launch_s": k.launch_s,
+                "call_s": k.call_share_s,
                 "pipeline_s": k.pipeline_s,
                 "bottleneck": k.bottleneck,
                 "hbm_bytes": k.hbm_bytes,
@@ -231,8 +232,8 @@ def chrome_trace(result: SimResult, *, merge_gap_s: float = MERGE_GAP_S) -> dict
                 events.extend(_kernel_events(k, lr, t, socket, tracks, merge_gap_s))
                 t += k.latency_s
             title = f"{lr.kind} x{lr.count}" if lr.count > 1 else lr.kind
-            if lr.runs != lr.count:
-                title += f" ({lr.runs} runs)"
+            if lr.executions != lr.count:
+                title += f" ({lr.executions} runs)"
             events.append(
                 _event(
                     title,
@@ -244,7 +245,7 @@ def chrome_trace(result: SimResult, *, merge_gap_s: float = MERGE_GAP_S) -> dict
                     {
                         "layer": lr.kind,
                         "count": lr.count,
-                        "runs": lr.runs,
+                        "runs": lr.executions,
                         "latency_s": lr.latency_s,
                         "kernels": [k.name for k in lr.kernels],
                     },

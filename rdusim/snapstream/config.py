@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import overload
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["SnapStreamConfig"]
+__all__ = ["SnapStreamConfig", "VoteNormalisation"]
 
 
 def _as_int(name: str, value: object) -> int:
@@ -29,6 +30,21 @@ def _as_int(name: str, value: object) -> int:
         raise TypeError(
             f"{name} must be an integer, got {type(value).__name__} {value!r}"
         ) from None
+
+
+class VoteNormalisation(StrEnum):
+    """Keys over which an observation query's softmax is normalised before it votes.
+
+    ``CAUSAL`` (default): every key the query sees under the causal mask, positions ``0`` to
+    its own. These are the prefill attention weights themselves, which the original SnapKV
+    reads, so a query votes with exactly the attention it paid to the candidates.
+    ``CANDIDATES``: only the candidates it sees, so each query's votes sum to one. It is the
+    SnapStream paper's equation (3) as written, and a recomputation of it needs only the
+    candidate keys.
+    """
+
+    CAUSAL = "causal"
+    CANDIDATES = "candidates"
 
 
 @dataclass(frozen=True)
@@ -52,8 +68,12 @@ class SnapStreamConfig:
     topk: int
     obs_window: int
     pool_kernel: int = 1
+    # keys each observation query's softmax is normalised over before it votes (prefill cost and
+    # the reference's selection both follow it)
+    normalisation: VoteNormalisation = VoteNormalisation.CAUSAL
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "normalisation", VoteNormalisation(self.normalisation))
         minimum = {"sink": 0, "recent": 1, "topk": 0, "obs_window": 1, "pool_kernel": 1}
         for name, low in minimum.items():
             value = _as_int(name, getattr(self, name))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rdusim.ir.graph import TPMode
+from rdusim.snapstream.config import VoteNormalisation
 
 if TYPE_CHECKING:
     from rdusim.ir.builders.common import Builder
@@ -79,22 +80,26 @@ def add_prefill_compression(
         doc="choose Range 2 below the prefill offset, Range 1 above: the pre-rotated ring",
     )
     # --- SnapKV Compression -------------------------------------------------------------------
-    b.act("snapkv_scores", "B", heads, ss.obs_window, "E", dtype_bytes=4)
+    # The original SnapKV weighs each window query's votes by its causal attention over every key
+    # it sees (`T`: the prompt); the candidates-only rule needs just the candidates (`E`).
+    seen = "T" if ss.normalisation == VoteNormalisation.CAUSAL else "E"
+    over = "every key it sees (causal)" if seen == "T" else "the eviction candidates"
+    b.act("snapkv_scores", "B", heads, ss.obs_window, seen, dtype_bytes=4)
     b.op(
         "snapkv_qk",
         "gemm",
         [query, keys],
         ["snapkv_scores"],
         tp=TPMode.HEADS,
-        doc="recompute Q_obs K_evict^T for the observation window (eq. 3)",
+        doc=f"recompute Q_obs K^T for the observation window over {over}",
         m=("B", ss.obs_window),
         k=qk_dim,
         n=1,
         count=heads,
-        n_dims=("E",),
-        read_shape=("B", "E", heads, qk_dim),
+        n_dims=(seen,),
+        read_shape=("B", seen, heads, qk_dim),
     )
-    b.act("snapkv_probs", "B", heads, ss.obs_window, "E", dtype_bytes=4)
+    b.act("snapkv_probs", "B", heads, ss.obs_window, seen, dtype_bytes=4)
     b.op(
         "snapkv_softmax",
         "softmax",
@@ -102,7 +107,7 @@ def add_prefill_compression(
         ["snapkv_probs"],
         tp=TPMode.LOCAL,
         blocking=True,
-        doc="softmax over the eviction candidates (needs whole rows)",
+        doc=f"softmax of each window query over {over} (needs whole rows)",
     )
     b.act("snapkv_votes", "B", selections, "E", dtype_bytes=4)
     b.op(
@@ -111,7 +116,8 @@ def add_prefill_compression(
         ["snapkv_probs"],
         ["snapkv_votes"],
         tp=TPMode.ROW,
-        doc="sum over the window (eq. 1) and over the heads that share a selection",
+        doc="sum the weights on the candidates over the window (eq. 1) and over the heads that "
+        "share a selection",
     )
     b.act("snapkv_pooled", "B", selections, "E", dtype_bytes=4)
     b.op(

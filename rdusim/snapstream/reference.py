@@ -21,11 +21,20 @@ write index. Attention is order-free over the cached slots, so both layouts give
 results; the tests check this.
 
 Selection (SnapKV). The last ``obs_window`` prompt queries vote for the eviction candidates,
-positions ``[sink, L - recent)``: each query's attention is softmax-normalised over the
-candidates only, the votes are summed over the window (and over the query heads that share a KV
-head), smoothed with a centred average pool of width ``pool_kernel`` (zero padding, stride 1),
-and the ``topk`` best candidates are kept. For MLA, whose latent cache is shared by all heads,
-``shared_selection=True`` sums the votes over every head and keeps one set of positions.
+positions ``[sink, L - recent)``. A vote is an attention weight, and :class:`VoteNormalisation`
+says which keys that weight is normalised over. The default, ``CAUSAL``, is the original
+SnapKV's rule: each query takes its ordinary causal softmax over every key up to its own
+position (sink, candidates, recent tokens and earlier window tokens alike), and only the weight
+that lands on candidates counts, so a query that mostly attends to the sink or to its
+neighbours casts a small vote. ``CANDIDATES`` renormalises each query over the candidates it
+can see, so every query casts a whole vote; that is equation (3) of the SnapStream paper as
+written, and a recomputation that reads only the candidate keys gives exactly this. Either
+way the votes are summed over the window (and over the query heads that share a KV head),
+smoothed with a centred average pool of width ``pool_kernel`` (zero padding, stride 1, so
+nothing outside the candidates leaks in), and the ``topk`` best candidates are kept. For MLA,
+whose latent cache is shared by all heads, ``shared_selection=True`` sums the votes over every
+head and keeps one set of positions. Both rules are masks over one ``(window, seq)`` logits
+array per head, so a batch of mixed prompt lengths needs no per-length shapes.
 
 Conventions: positions are 0-based absolute token indices; arrays are
 ``(batch, heads, seq, head_dim)``; ``q_heads`` must be a multiple of ``kv_heads`` and query head
@@ -43,12 +52,13 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import ArrayLike, NDArray
 
-from rdusim.snapstream.config import SnapStreamConfig
+from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 
 __all__ = [
     "NaiveSnapStreamCache",
     "SnapStreamCache",
     "SnapStreamCacheBase",
+    "VoteNormalisation",
     "attend",
     "full_attention",
     "masked_attention",
@@ -133,26 +143,18 @@ def _avg_pool(votes: FloatArray, kernel: int) -> FloatArray:
 # SnapKV selection
 
 
-def snapkv_scores(
-    q_obs: ArrayLike,
-    k: ArrayLike,
-    config: SnapStreamConfig,
-    *,
-    shared_across_heads: bool = False,
-    lengths: ArrayLike | None = None,
-) -> FloatArray:
-    """Pooled SnapKV votes of every position, ``(batch, kv_heads, seq)``.
+def _as_normalisation(value: VoteNormalisation | str) -> VoteNormalisation:
+    try:
+        return VoteNormalisation(value)
+    except ValueError:
+        choices = ", ".join(repr(rule.value) for rule in VoteNormalisation)
+        raise ValueError(f"normalisation must be one of {choices}, got {value!r}") from None
 
-    ``q_obs[b]`` are the queries at positions ``lengths[b] - obs_window ... lengths[b] - 1``
-    (the last ``obs_window`` of that prompt); ``k`` holds the prompt keys padded to a common
-    ``seq``. Positions that are not eviction candidates score ``-inf``. A query never votes for
-    a candidate after itself, which only matters when ``obs_window > recent``. With
-    ``shared_across_heads`` every row holds the same total over all heads.
-    """
-    q = _rank4("q_obs", q_obs)
-    kk = _rank4("k", k)
+
+def _check_selection_inputs(q: FloatArray, k: FloatArray, config: SnapStreamConfig) -> int:
+    """Check ``q_obs`` against ``k`` and the config; return the query heads per KV head."""
     batch, q_heads, window, head_dim = q.shape
-    kb, kv_heads, seq, kd = kk.shape
+    kb, kv_heads, _, kd = k.shape
     if kb != batch:
         raise ValueError(f"q_obs and k must share the batch size, got {batch} and {kb}")
     if kd != head_dim:
@@ -161,20 +163,65 @@ def snapkv_scores(
         raise ValueError(
             f"obs_window={config.obs_window} but q_obs holds {window} queries per head"
         )
-    group = _group_size(q_heads, kv_heads)
+    return _group_size(q_heads, kv_heads)
+
+
+def _vote_masks(
+    lengths: IntArray,
+    window: int,
+    seq: int,
+    config: SnapStreamConfig,
+    normalisation: VoteNormalisation,
+) -> tuple[BoolArray, BoolArray]:
+    """Candidates ``(batch, seq)`` and the keys each window query normalises over ``(b, w, s)``.
+
+    Query ``i`` of prompt ``b`` sits at ``lengths[b] - window + i`` and sees keys up to itself,
+    hence never a padded key of a shorter prompt.
+    """
+    pos = np.arange(seq)
+    candidate = (pos >= config.sink) & (pos < (lengths - config.recent)[:, None])
+    query_pos = lengths[:, None] - window + np.arange(window)
+    causal = pos[None, None, :] <= query_pos[:, :, None]
+    if normalisation is VoteNormalisation.CANDIDATES:
+        return candidate, causal & candidate[:, None, :]
+    return candidate, causal
+
+
+def snapkv_scores(
+    q_obs: ArrayLike,
+    k: ArrayLike,
+    config: SnapStreamConfig,
+    *,
+    shared_across_heads: bool = False,
+    lengths: ArrayLike | None = None,
+    normalisation: VoteNormalisation | str = VoteNormalisation.CAUSAL,
+) -> FloatArray:
+    """Pooled SnapKV votes of every position, ``(batch, kv_heads, seq)``.
+
+    ``q_obs[b]`` are the queries at positions ``lengths[b] - obs_window ... lengths[b] - 1``
+    (the last ``obs_window`` of that prompt); ``k`` holds the prompt keys padded to a common
+    ``seq``. ``normalisation`` picks the keys each query's softmax runs over (see
+    :class:`VoteNormalisation`); only weights on candidates are summed and pooled. Positions
+    that are not eviction candidates score ``-inf``. A query never votes for a candidate after
+    itself, which only matters when ``obs_window > recent``. With ``shared_across_heads`` every
+    row holds the same total over all heads.
+    """
+    rule = _as_normalisation(normalisation)
+    q = _rank4("q_obs", q_obs)
+    kk = _rank4("k", k)
+    group = _check_selection_inputs(q, kk, config)
+    batch, kv_heads, seq, head_dim = kk.shape
     lens = _resolve_lengths(lengths, batch, seq, config, strict=False)
 
     dtype = _compute_dtype(q, kk)
     k_per_q = np.repeat(kk.astype(dtype), group, axis=1)
     logits = np.einsum("bhwd,bhsd->bhws", q.astype(dtype), k_per_q) / math.sqrt(head_dim)
+    candidate, visible = _vote_masks(lens, config.obs_window, seq, config, rule)
+    weights = _masked_softmax(logits, visible[:, None, :, :])
 
-    pos = np.arange(seq)
-    candidate = (pos >= config.sink) & (pos < (lens - config.recent)[:, None])  # (b, s)
-    query_pos = lens[:, None] - window + np.arange(window)  # (b, w)
-    allowed = candidate[:, None, :] & (pos[None, None, :] <= query_pos[:, :, None])  # (b, w, s)
-    weights = _masked_softmax(logits, allowed[:, None, :, :])
-
-    votes = weights.sum(axis=2).reshape(batch, kv_heads, group, seq).sum(axis=2)
+    # Zero the weight on non-candidates before pooling so that none of it leaks in.
+    on_candidates = np.where(candidate[:, None, None, :], weights, 0.0)
+    votes = on_candidates.sum(axis=2).reshape(batch, kv_heads, group, seq).sum(axis=2)
     if shared_across_heads:
         votes = np.broadcast_to(votes.sum(axis=1, keepdims=True), votes.shape)
     pooled = _avg_pool(votes, config.pool_kernel)
@@ -205,14 +252,21 @@ def select_topk(
     shared_across_heads: bool = False,
     *,
     lengths: ArrayLike | None = None,
+    normalisation: VoteNormalisation | str = VoteNormalisation.CAUSAL,
 ) -> IntArray:
     """Positions SnapKV keeps, ``(batch, kv_heads, topk)`` int64, ascending, ``-1`` = padding.
 
     Per KV head for MHA/GQA; with ``shared_across_heads`` (MLA's shared latent) every head gets
     the same positions. A prompt with fewer than ``topk`` candidates pads the remainder.
+    ``normalisation`` is passed to :func:`snapkv_scores`; ties go to the earlier position.
     """
     scores = snapkv_scores(
-        q_obs, k, config, shared_across_heads=shared_across_heads, lengths=lengths
+        q_obs,
+        k,
+        config,
+        shared_across_heads=shared_across_heads,
+        lengths=lengths,
+        normalisation=normalisation,
     )
     return _topk_positions(scores, config.topk)
 
@@ -306,6 +360,7 @@ class SnapStreamCacheBase(ABC):
         shared_selection: bool = False,
         lengths: ArrayLike | None = None,
         strict: bool = False,
+        normalisation: VoteNormalisation | str = VoteNormalisation.CAUSAL,
     ) -> Self:
         """Compress a prompt's keys and values into a cache of ``config.slots`` slots.
 
@@ -321,6 +376,8 @@ class SnapStreamCacheBase(ABC):
             strict: reject prompts longer than ``sink + recent`` with fewer than ``topk``
                 candidates instead of padding the top-K region (see
                 :meth:`SnapStreamConfig.validate_for`).
+            normalisation: keys each observation query's vote is normalised over; the default
+                is the original SnapKV's causal softmax (see :class:`VoteNormalisation`).
 
         A prompt of ``L <= sink + recent`` tokens keeps every token at its own slot, the rest
         is padding and so is the whole top-K region; decoding then fills the slots in order.
@@ -331,7 +388,9 @@ class SnapStreamCacheBase(ABC):
             raise ValueError(f"v {vv.shape} must match k {kk.shape} in batch, heads and seq")
         batch, kv_heads, seq, _ = kk.shape
         lens = _resolve_lengths(lengths, batch, seq, config, strict)
-        topk_pos = select_topk(q_obs, kk, config, shared_selection, lengths=lens)
+        topk_pos = select_topk(
+            q_obs, kk, config, shared_selection, lengths=lens, normalisation=normalisation
+        )
 
         stream_pos = cls._streaming_positions(config, lens)
         stream_pos = np.broadcast_to(stream_pos[:, None, :], (batch, kv_heads, stream_pos.shape[1]))

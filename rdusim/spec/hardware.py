@@ -8,33 +8,39 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    Field,
-    PositiveFloat,
-    PositiveInt,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from rdusim.errors import SpecError
 from rdusim.spec.base import Strict
 from rdusim.spec.yamlio import load_model
 
 
+# Every physical quantity is finite and positive, and bounded far above any real machine so that
+# a typo (1e300) is an error instead of an overflow or an hour-long simulation.
+Quantity = Annotated[float, Field(gt=0, le=1e18, allow_inf_nan=False)]
+Count = Annotated[int, Field(gt=0, le=1_000_000)]
+Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0, le=1.0, allow_inf_nan=False)]
+
+MAX_SOCKETS = 1024  # sockets per node; the simulator's work grows with it
+
+
 class Memory(Strict):
-    capacity_bytes: PositiveFloat
-    bandwidth: PositiveFloat = Field(description="peak bytes/s")
+    capacity_bytes: Quantity
+    bandwidth: Quantity = Field(description="peak bytes/s")
 
 
 class Socket(Strict):
-    tiles: PositiveInt
-    pcus: PositiveInt
-    pmus: PositiveInt
-    pmu_bytes: PositiveInt
-    sram_bytes: PositiveFloat
-    clock_hz: PositiveFloat
-    peak_bf16_flops: PositiveFloat
+    tiles: Count
+    pcus: Count
+    pmus: Count
+    pmu_bytes: Count
+    sram_bytes: Quantity
+    clock_hz: Quantity
+    peak_bf16_flops: Quantity
     hbm: Memory
     ddr: Memory
 
@@ -53,26 +59,58 @@ class Socket(Strict):
         return self
 
 
+Topology = Literal["fully-connected", "ring"]
+
+
 class Links(Strict):
-    p2p_bandwidth: PositiveFloat = Field(description="bytes/s each socket can send (and receive)")
-    p2p_latency_s: float = Field(ge=0, description="one hop of a collective")
-    topology: Literal["ring", "all-to-all"] = "all-to-all"
+    p2p_bandwidth: Quantity = Field(description="bytes/s each socket can send (and receive)")
+    p2p_latency_s: Seconds = Field(description="one round of a collective")
+    topology: Topology = "fully-connected"
+
+    @field_validator("topology", mode="before")
+    @classmethod
+    def _renamed(cls, v: Any) -> Any:
+        if v == "all-to-all":
+            raise PydanticCustomError(
+                "renamed",
+                "topology 'all-to-all' is now called 'fully-connected' (every socket has a "
+                "direct link to every other)",
+            )
+        return v
 
 
 class Node(Strict):
-    sockets: PositiveInt
+    sockets: int = Field(gt=0, le=MAX_SOCKETS)
 
 
 class Calibration(Strict):
-    """The simulator's few fitted parameters; the preset's comments say what each was fitted on."""
+    """The simulator's few calibrated parameters; the preset's comments say what pins each."""
 
-    gemm_efficiency: float = Field(gt=0, le=1)
-    attention_efficiency: float = Field(gt=0, le=1)
-    simd_efficiency: float = Field(gt=0, le=1)
-    hbm_efficiency: float = Field(gt=0, le=1)
-    p2p_efficiency: float = Field(gt=0, le=1)
-    kernel_launch_s: float = Field(ge=0)
-    hbm_usable_fraction: float = Field(gt=0, le=1)
+    gemm_efficiency: Fraction
+    attention_efficiency: Fraction
+    simd_efficiency: Fraction
+    hbm_efficiency: Fraction
+    software_call_s: Seconds = Field(
+        description="a host-orchestrated kernel call: program load, argument load, completion"
+    )
+    hardware_call_s: Seconds = Field(
+        description="an AGCU-orchestrated kernel call: program and argument load (the sockets' "
+        "barrier is added from the links)"
+    )
+    hbm_usable_fraction: Fraction
+
+    def efficiency(self, cost_class: str) -> float:
+        """Achieved fraction of peak for an op's cost class (data movement: 1, it has no
+        arithmetic)."""
+        key = _EFFICIENCY_OF.get(cost_class)
+        return float(getattr(self, key)) if key else 1.0
+
+
+_EFFICIENCY_OF = {
+    "systolic": "gemm_efficiency",
+    "attention": "attention_efficiency",
+    "simd": "simd_efficiency",
+}
 
 
 class Hardware(Strict):

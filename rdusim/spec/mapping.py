@@ -8,6 +8,7 @@ their sharding and tiling; `kernels: auto` asks the auto-mapper.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -23,30 +24,40 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from rdusim.errors import SpecError
-from rdusim.snapstream.config import SnapStreamConfig
+from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 from rdusim.spec.base import Strict
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.model import ModelSpec, load_model_config
 from rdusim.spec.yamlio import line_of, parse_value, read_document, to_plain, validate
 
+Degree = Annotated[int, Field(gt=0, le=1024)]
+
 
 class Sharding(Strict):
-    """How an op is split over sockets. At most one strategy; none (or degree 1) = replicated."""
+    """How an op is split over sockets. At most one strategy; none (or degree 1) = replicated.
 
-    tp: PositiveInt | None = None
-    dp: PositiveInt | None = None
-    ep: PositiveInt | None = None
+    `sp` splits a decode attention's cached sequence over sockets (flash-decoding: each socket
+    attends over its slice of every sequence, then the partial results are combined). It may
+    be combined with `dp` ({dp: 4, sp: 4}: 4 groups of sequences, each spread over 4 sockets).
+    """
+
+    tp: Degree | None = None
+    dp: Degree | None = None
+    ep: Degree | None = None
+    sp: Degree | None = None
 
     @model_validator(mode="after")
     def _one(self) -> Sharding:
-        set_ = [k for k in ("tp", "dp", "ep") if getattr(self, k) is not None]
-        if len(set_) > 1:
-            raise ValueError(f"give one of tp, dp, ep per op, not {' and '.join(set_)}")
+        set_ = [k for k in ("tp", "dp", "ep", "sp") if getattr(self, k) is not None]
+        if len(set_) > 1 and set(set_) != {"dp", "sp"}:
+            raise ValueError(
+                f"give one of tp, dp, ep, sp per op (or dp with sp), not {' and '.join(set_)}"
+            )
         return self
 
     @property
     def strategy(self) -> str:
-        for k in ("tp", "dp", "ep"):
+        for k in ("tp", "dp", "ep", "sp"):
             v = getattr(self, k)
             if v is not None and v > 1:
                 return k
@@ -54,11 +65,17 @@ class Sharding(Strict):
 
     @property
     def degree(self) -> int:
-        for k in ("tp", "dp", "ep"):
+        """Sockets the primary strategy spans (for dp with sp: the dp groups)."""
+        for k in ("tp", "dp", "ep", "sp"):
             v = getattr(self, k)
             if v is not None:
                 return int(v)
         return 1
+
+    @property
+    def seq_split(self) -> int:
+        """Sockets each sequence's cache is split over (1 unless `sp` is given)."""
+        return int(self.sp) if self.sp is not None and self.strategy != "sp" else 1
 
 
 class Tiling(Strict):
@@ -92,6 +109,107 @@ class SnapStreamSpec(Strict):
     topk: int | None = Field(default=None, ge=0)
     obs_window: PositiveInt = 128
     pool_kernel: PositiveInt = 7
+    normalisation: Literal["causal", "candidates"] = Field(
+        default="causal",
+        description="keys a window query's softmax runs over before it votes: all it sees "
+        "(the original SnapKV) or the candidates only",
+    )
+
+
+class Orchestration(StrEnum):
+    """Who issues kernel calls (MICRO'24 SN40L §IV-D)."""
+
+    SOFTWARE = "software"  # the host launches every call and waits for every socket
+    HARDWARE = "hardware"  # the AGCUs run a pre-loaded call sequence; sockets sync on the links
+
+
+class MtpMode(StrEnum):
+    """How multi-token prediction enters a decode step."""
+
+    VERIFY = "verify"  # the main model verifies k+1 tokens, the MTP module drafts k times
+    SCALED = "scaled"  # a plain one-token step whose throughput is multiplied by a factor
+
+
+class MtpSpec(Strict):
+    """Multi-token prediction in decode. `verify` charges the work: the main model checks
+    k + 1 tokens per sequence and the MTP module runs k times in sequence; the accepted tokens
+    per step are sum_{i=0..k} acceptance^i. `scaled` reproduces a figure reported as a plain
+    step's throughput times `tokens_per_step` (the SnapStream paper's Table 5 convention)."""
+
+    draft_tokens: int = Field(default=0, ge=0, le=16, description="draft tokens per step (k)")
+    acceptance: float = Field(
+        default=0.8, ge=0, le=1, allow_inf_nan=False, description="per-draft acceptance rate"
+    )
+    mode: MtpMode = MtpMode.VERIFY
+    tokens_per_step: float | None = Field(
+        default=None, ge=1, le=64, allow_inf_nan=False, description="mode scaled only"
+    )
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> MtpSpec:
+        if self.mode == MtpMode.SCALED and self.tokens_per_step is None:
+            raise ValueError("mode 'scaled' needs tokens_per_step (the reported multiplier)")
+        if self.mode == MtpMode.VERIFY and self.tokens_per_step is not None:
+            raise ValueError(
+                "tokens_per_step is derived in mode 'verify' (sum of acceptance^i); "
+                "give draft_tokens and acceptance, or set mode: scaled"
+            )
+        return self
+
+    @property
+    def verified_tokens(self) -> int:
+        """Tokens per sequence the main model processes in one step."""
+        return self.draft_tokens + 1 if self.mode == MtpMode.VERIFY else 1
+
+    @property
+    def module_runs(self) -> int:
+        """Sequential runs of the MTP module per step."""
+        return self.draft_tokens if self.mode == MtpMode.VERIFY else 0
+
+    @property
+    def accepted_tokens(self) -> float:
+        """Expected tokens accepted per sequence and step."""
+        if self.mode == MtpMode.SCALED:
+            assert self.tokens_per_step is not None
+            return self.tokens_per_step
+        return sum(self.acceptance**i for i in range(self.draft_tokens + 1))
+
+    @property
+    def uses_module(self) -> bool:
+        return self.draft_tokens > 0 or (self.tokens_per_step or 1.0) > 1.0
+
+
+class RoutingSpec(Strict):
+    """How tokens spread over routed experts: uniform, Zipf-skewed, or a measured histogram."""
+
+    distribution: Literal["uniform", "zipf", "histogram"] = "uniform"
+    exponent: float | None = Field(default=None, ge=0, le=10, allow_inf_nan=False)
+    file: str | None = Field(
+        default=None,
+        min_length=1,
+        description="per-expert loads, one number per line (relative to the mapping file)",
+    )
+
+    @model_validator(mode="after")
+    def _fields_of(self) -> RoutingSpec:
+        if self.distribution == "zipf" and self.exponent is None:
+            raise ValueError("distribution 'zipf' needs an exponent (0 is uniform)")
+        if self.distribution == "histogram" and self.file is None:
+            raise ValueError("distribution 'histogram' needs a file of per-expert loads")
+        if self.distribution != "zipf" and self.exponent is not None:
+            raise ValueError(f"exponent applies to distribution 'zipf', not {self.distribution!r}")
+        if self.distribution != "histogram" and self.file is not None:
+            raise ValueError(f"file applies to distribution 'histogram', not {self.distribution!r}")
+        return self
+
+
+class MoeSpec(Strict):
+    """Routed experts at run time. `touched`: a step streams only the experts some token was
+    routed to (a data-dependent expert loop); `all`: every expert's weights stream every step (a
+    static trip count)."""
+
+    routing: RoutingSpec = Field(default_factory=RoutingSpec)
+    expert_loading: Literal["touched", "all"] = "touched"
 
 
 def _kernels_form(v: Any) -> str:
@@ -108,18 +226,43 @@ Kernels = Annotated[
 ]
 
 
+MAX_SEQ_LEN = 1 << 24  # 16M tokens: far beyond any model, and the simulator stays bounded
+MAX_BATCH = 1 << 20
+
+
 class MappingSpec(Strict):
     name: str = ""
-    model: str
-    hardware: str = "sn40l-16"
+    model: str = Field(min_length=1, max_length=4096)
+    hardware: str = Field(default="sn40l-16", min_length=1, max_length=4096)
     phase: Literal["prefill", "decode"]
     batch: PositiveInt | Literal["max"] = 1
-    seq_len: PositiveInt
-    tokens_per_step: float = Field(
-        default=1.0, ge=1.0, description="tokens accepted per decode step (MTP; the paper uses 2.4)"
+    seq_len: int = Field(gt=0, le=MAX_SEQ_LEN)
+    orchestration: Orchestration = Orchestration.HARDWARE
+    kernel_looping: bool = Field(
+        default=False,
+        description="run the layers of a kind that is one kernel as one call with a loop",
     )
+    mtp: MtpSpec = Field(default_factory=MtpSpec)
+    moe: MoeSpec = Field(default_factory=MoeSpec)
     snapstream: SnapStreamSpec = Field(default_factory=SnapStreamSpec)
     kernels: Kernels = "auto"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tokens_per_step" in data:
+            raise PydanticCustomError(
+                "moved",
+                "tokens_per_step moved under mtp: give mtp: {draft_tokens: 2, acceptance: 0.8} "
+                "(verified work), or mtp: {mode: scaled, tokens_per_step: 2.4} (a reported "
+                "multiplier)",
+            )
+        return data
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens accepted per sequence and decode step."""
+        return self.mtp.accepted_tokens if self.phase == "decode" else 1.0
 
     @field_validator("batch", mode="before")
     @classmethod
@@ -133,6 +276,10 @@ class MappingSpec(Strict):
             )
         if v < 1:
             raise PydanticCustomError("greater_than", "Input should be greater than 0")
+        if v > MAX_BATCH:
+            raise PydanticCustomError(
+                "less_than_equal", f"Input should be at most {MAX_BATCH} (rdusim's limit)"
+            )
         return v
 
 
@@ -179,7 +326,9 @@ def snapstream_sizes(m: MappingSpec, file: str | None = None) -> SnapStreamConfi
             fix="use a window shorter than seq_len",
         )
     try:
-        return SnapStreamConfig(s.sink, recent, topk, s.obs_window, s.pool_kernel)
+        return SnapStreamConfig(
+            s.sink, recent, topk, s.obs_window, s.pool_kernel, VoteNormalisation(s.normalisation)
+        )
     except (ValueError, TypeError) as exc:
         name = str(exc).split(" ", 1)[0]
         raise SpecError(
@@ -210,6 +359,7 @@ class ResolvedMapping:
     model: ModelSpec
     hardware: Hardware
     source: Source
+    expert_loads: tuple[float, ...] = ()  # moe.routing histogram, read from its file
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> dict[str, Any]:
@@ -291,7 +441,55 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
         raise
     model = load_model_config(model_path)
     _check_workload(spec, model, file, doc)
-    return ResolvedMapping(spec, model, hardware, Source(file, doc))
+    loads = _expert_loads(spec, model, base, file, doc)
+    return ResolvedMapping(spec, model, hardware, Source(file, doc), loads)
+
+
+def _expert_loads(
+    spec: MappingSpec, model: ModelSpec, base: Path, file: str, doc: Any
+) -> tuple[float, ...]:
+    """The per-expert load histogram a `histogram` routing names: one number per expert."""
+    routing = spec.moe.routing
+    if routing.distribution != "histogram" or routing.file is None:
+        return ()
+    key = ("moe", "routing", "file")
+
+    def bad(problem: str, fix: str) -> SpecError:
+        return SpecError(
+            problem, file=file, key="moe.routing.file", line=line_of(doc, key), fix=fix
+        )
+
+    experts = getattr(model, "n_routed_experts", 0)
+    if not experts:
+        raise bad(f"{model.name} has no routed experts", "remove moe.routing from this mapping")
+    path = Path(routing.file)
+    path = path if path.is_absolute() else base / path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise bad(
+            f"cannot read {routing.file!r}: {getattr(exc, 'strerror', None) or exc}",
+            "give a text file of per-expert loads, relative to the mapping file",
+        ) from None
+    words = text.replace(",", " ").split()
+    try:
+        loads = tuple(float(w) for w in words)
+    except ValueError:
+        raise bad(
+            f"{routing.file!r} holds something that is not a number",
+            "write one non-negative number per expert (token counts or fractions)",
+        ) from None
+    if len(loads) != experts:
+        raise bad(
+            f"{routing.file!r} has {len(loads)} loads, and {model.name} has {experts} experts",
+            f"write exactly {experts} numbers, one per expert",
+        )
+    if any(not (v >= 0 and v < float("inf")) for v in loads) or not any(loads):
+        raise bad(
+            f"{routing.file!r} needs finite, non-negative loads, not all zero",
+            "write token counts or fractions per expert",
+        )
+    return loads
 
 
 def _check_workload(spec: MappingSpec, model: ModelSpec, file: str, doc: Any) -> None:
@@ -304,15 +502,22 @@ def _check_workload(spec: MappingSpec, model: ModelSpec, file: str, doc: Any) ->
             line=line_of(doc, ("batch",)),
             fix="give a number (prefill runs one prompt at a time: batch 1)",
         )
-    drafts = getattr(model, "num_nextn_predict_layers", 0)
-    if spec.phase == "decode" and spec.tokens_per_step > 1 and drafts == 0:
+    modules = getattr(model, "num_nextn_predict_layers", 0)
+    if spec.mtp.uses_module and modules == 0:
         raise SpecError(
-            f"tokens_per_step {spec.tokens_per_step:g} needs a draft model, and "
-            f"{model.name} has no MTP module",
+            f"multi-token prediction needs an MTP module, and {model.name} has none",
             file=file,
-            key="tokens_per_step",
-            line=line_of(doc, ("tokens_per_step",)),
-            fix="set tokens_per_step: 1",
+            key="mtp",
+            line=line_of(doc, ("mtp",)),
+            fix="remove the mtp section (or set mtp.draft_tokens: 0)",
+        )
+    if spec.mtp.uses_module and spec.phase != "decode":
+        raise SpecError(
+            "multi-token prediction applies to decode",
+            file=file,
+            key="mtp",
+            line=line_of(doc, ("mtp",)),
+            fix="remove the mtp section from a prefill mapping",
         )
     if spec.seq_len > model.max_position_embeddings:
         raise SpecError(

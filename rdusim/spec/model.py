@@ -3,14 +3,18 @@
 A user can drop in the `config.json` of another model of a supported family (`deepseek_v3`,
 `llama`). rdusim adds one optional section of its own, `dtypes`, because precision decides what
 fits in HBM; its defaults are documented on `Dtypes`.
+
+Every size has an upper limit (`LIMITS`), several times the largest published model's, so that no
+model file can make a run take unbounded time or memory; an error names the key and its limit.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from rdusim.errors import SpecError
@@ -25,6 +29,57 @@ DTYPE_BYTES: dict[str, float] = {
     "int4": 0.5,
 }
 Dtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+
+
+# Upper limits of the model keys. For scale: DeepSeek-R1 has 61 layers, hidden size 7168, 256
+# routed experts and a vocabulary of 129280; Llama-3.1-405B has 126 layers, hidden size 16384 and
+# intermediate size 53248.
+LIMITS: dict[str, int] = {
+    "hidden_size": 131_072,
+    "intermediate_size": 1_048_576,
+    "num_hidden_layers": 1024,
+    "num_attention_heads": 1024,
+    "num_key_value_heads": 1024,
+    "vocab_size": 4_194_304,
+    "max_position_embeddings": 16_777_216,
+    "head_dim": 4096,
+    "moe_intermediate_size": 1_048_576,
+    "n_routed_experts": 4096,
+    "n_shared_experts": 64,
+    "num_experts_per_tok": 4096,
+    "n_group": 4096,
+    "topk_group": 4096,
+    "first_k_dense_replace": 1024,
+    "moe_layer_freq": 1024,
+    "q_lora_rank": 131_072,
+    "kv_lora_rank": 131_072,
+    "qk_nope_head_dim": 4096,
+    "qk_rope_head_dim": 4096,
+    "v_head_dim": 4096,
+    "num_nextn_predict_layers": 16,
+}
+
+
+def _size(name: str, default: Any = ..., *, least: int = 1) -> Any:
+    """A whole number from `least` to `LIMITS[name]` (required unless a default is given)."""
+    return Field(default=default, ge=least, le=LIMITS[name])
+
+
+def check_limit(name: str, value: Any) -> Any:
+    """Refuse a number above the key's limit before pydantic parses it, so that `1e29` reads
+    "less than or equal to 1024" rather than an integer-parsing failure."""
+    limit = LIMITS.get(name)
+    if (
+        limit is not None
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > limit
+    ):
+        raise PydanticCustomError(
+            "less_than_equal", "Input should be less than or equal to {le}", {"le": limit}
+        )
+    return value
 
 
 def _inconsistent(message: str) -> PydanticCustomError:
@@ -50,21 +105,23 @@ class Dtypes(BaseModel):
 class _Base(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
     name: str = ""
-    hidden_size: PositiveInt
-    intermediate_size: PositiveInt
-    num_hidden_layers: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt | None = None
-    vocab_size: PositiveInt
+    hidden_size: int = _size("hidden_size")
+    intermediate_size: int = _size("intermediate_size")
+    num_hidden_layers: int = _size("num_hidden_layers")
+    num_attention_heads: int = _size("num_attention_heads")
+    num_key_value_heads: int | None = _size("num_key_value_heads", None)
+    vocab_size: int = _size("vocab_size")
     tie_word_embeddings: bool = False
-    max_position_embeddings: PositiveInt = 131072
+    max_position_embeddings: int = _size("max_position_embeddings", 131072)
     dtypes: Dtypes = Field(default_factory=Dtypes)
 
     @field_validator("*", mode="before")
     @classmethod
     def _no_bools(cls, v: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
-        return reject_bools(v, field.annotation if field else None)
+        return check_limit(
+            info.field_name or "", reject_bools(v, field.annotation if field else None)
+        )
 
     def bytes_of(self, which: str) -> float:
         dt = getattr(self.dtypes, which)
@@ -81,20 +138,20 @@ class DeepSeekV3Config(_Base):
     """DeepSeek-V3 / R1: MLA attention, first `first_k_dense_replace` layers dense, rest MoE."""
 
     model_type: Literal["deepseek_v3"]
-    moe_intermediate_size: PositiveInt
-    n_routed_experts: PositiveInt
-    n_shared_experts: int = Field(ge=0)
-    num_experts_per_tok: PositiveInt
-    n_group: PositiveInt = 1
-    topk_group: PositiveInt = 1
-    first_k_dense_replace: int = Field(ge=0)
-    moe_layer_freq: PositiveInt = 1
-    q_lora_rank: PositiveInt
-    kv_lora_rank: PositiveInt
-    qk_nope_head_dim: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
-    num_nextn_predict_layers: int = Field(default=0, ge=0)
+    moe_intermediate_size: int = _size("moe_intermediate_size")
+    n_routed_experts: int = _size("n_routed_experts")
+    n_shared_experts: int = _size("n_shared_experts", least=0)
+    num_experts_per_tok: int = _size("num_experts_per_tok")
+    n_group: int = _size("n_group", 1)
+    topk_group: int = _size("topk_group", 1)
+    first_k_dense_replace: int = _size("first_k_dense_replace", least=0)
+    moe_layer_freq: int = _size("moe_layer_freq", 1)
+    q_lora_rank: int = _size("q_lora_rank")
+    kv_lora_rank: int = _size("kv_lora_rank")
+    qk_nope_head_dim: int = _size("qk_nope_head_dim")
+    qk_rope_head_dim: int = _size("qk_rope_head_dim")
+    v_head_dim: int = _size("v_head_dim")
+    num_nextn_predict_layers: int = _size("num_nextn_predict_layers", 0, least=0)
     scoring_func: Literal["sigmoid", "softmax"] = "sigmoid"
 
     @property
@@ -148,7 +205,7 @@ class LlamaConfig(_Base):
     """Llama-3.x: GQA attention with RoPE, SwiGLU FFN."""
 
     model_type: Literal["llama"]
-    head_dim: PositiveInt | None = None
+    head_dim: int | None = _size("head_dim", None)
 
     @property
     def attention_head_dim(self) -> int:

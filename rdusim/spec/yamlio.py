@@ -2,11 +2,20 @@
 
 Only this layer touches spec files. Errors carry the file, the dotted key path and the line of
 the offending key, so a user can jump straight to it.
+
+Limits, so that no input can make a load slow or crash it (each is named in its error message):
+
+- a spec file is UTF-8 text of at most `MAX_FILE_BYTES` bytes;
+- collections nest at most `MAX_DEPTH` levels deep (checked on the parser's event stream, before
+  any recursive step runs);
+- a document holds at most `MAX_NODES` values once YAML aliases are expanded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,15 +24,66 @@ from pydantic_core import PydanticCustomError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent, Event
 
 from rdusim.errors import SpecError, SpecErrors
 
 M = TypeVar("M", bound=BaseModel)
 
+MAX_FILE_BYTES = 1 << 20  # 1 MiB; the shipped specs are a few kB
+MAX_DEPTH = 64  # nesting levels; the shipped specs use at most 5
+MAX_NODES = 100_000  # values after alias expansion
+
+
+def path_problem(path: str | Path) -> str | None:
+    """Why the operating system cannot use `path` as a file name (too long, a NUL), or None.
+
+    A missing file is not a problem here: callers say "not found" in their own words.
+    """
+    try:
+        Path(path).stat()
+    except ValueError:  # embedded NUL
+        return "the file name contains a NUL character"
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return f"the file name is too long ({len(str(path))} characters)"
+    return None
+
+
+def check_path(text: str, *, file: str | None = None, key: str, line: int | None = None) -> None:
+    """Raise a `SpecError` on `key` when `text` cannot name a file at all."""
+    problem = path_problem(text)
+    if problem:
+        raise SpecError(
+            problem,
+            file=file,
+            key=key,
+            line=line,
+            fix="give a shorter path (each directory or file name at most 255 bytes)",
+        )
+
+
+def check_path_keys(
+    data: Any, keys: Sequence[tuple[str, ...]], *, file: str, doc: Any, base: Path
+) -> None:
+    """Refuse a file name at any of `keys` (paths a spec refers to, relative to `base`) that the
+    operating system cannot use at all, naming the key and its line."""
+    for key in keys:
+        value = data
+        for part in key:
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, str):
+            line = line_of(doc, key)
+            check_path(value, file=file, key=dotted(key), line=line)
+            check_path(str(base / value), file=file, key=dotted(key), line=line)
+
 
 def read_document(path: str | Path) -> Any:
     """Parse a YAML or JSON file into ruamel's line-aware containers."""
     p = Path(path)
+    problem = path_problem(p)
+    if problem:
+        raise SpecError(problem, file=str(p), fix="give a shorter path to the spec file")
     if not p.exists():
         raise SpecError(
             "file not found",
@@ -32,24 +92,164 @@ def read_document(path: str | Path) -> Any:
         )
     if p.is_dir():
         raise SpecError("is a directory, not a spec file", file=str(p), fix="name a .yaml file")
-    text = p.read_text(encoding="utf-8")
+    return parse_document(_read_bytes(p), file=str(p))
+
+
+def _read_bytes(p: Path) -> bytes:
+    """The file's bytes, refusing to read more than `MAX_FILE_BYTES` (e.g. from /dev/zero)."""
+    try:
+        with p.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SpecError(
+            f"cannot read the file: {exc.strerror or exc}",
+            file=str(p),
+            fix="check that the file exists and that you may read it",
+        ) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise SpecError(
+            f"file is larger than {MAX_FILE_BYTES} bytes, the limit for a spec file",
+            file=str(p),
+            fix="name the YAML or JSON spec file (spec files are a few kB)",
+        )
+    return data
+
+
+def decode_text(data: bytes, *, file: str) -> str:
+    """UTF-8 text (a UTF-8 byte-order mark is allowed); anything else is a `SpecError`."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        hint, fix = _not_utf8(data)
+        raise SpecError(
+            f"file is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} ({hint})",
+            file=file,
+            fix=fix,
+        ) from None
+
+
+def _not_utf8(data: bytes) -> tuple[str, str]:
+    """What the bytes probably are, and how to turn them into a UTF-8 spec."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return (
+            "it starts with a UTF-16 byte-order mark",
+            "save the file as UTF-8, e.g. iconv -f UTF-16 -t UTF-8 FILE > NEW.yaml",
+        )
+    if data.startswith(b"\x1f\x8b"):
+        return "it looks gzip-compressed", "decompress it first, e.g. gunzip -c FILE > NEW.yaml"
+    head = data[:4096]
+    controls = sum(b < 32 and b not in b"\t\n\r" for b in head)
+    if controls > len(head) // 100:
+        return "it looks like binary data", "name the YAML or JSON spec file, not a binary file"
+    return (
+        "perhaps Latin-1 or another legacy encoding",
+        "save the file as UTF-8, e.g. iconv -f LATIN1 -t UTF-8 FILE > NEW.yaml",
+    )
+
+
+def parse_document(data: bytes | str, *, file: str) -> Any:
+    """Parse YAML or JSON text (bytes must be UTF-8) within the limits in the module docstring."""
+    text = decode_text(data, file=file) if isinstance(data, bytes) else data
     yaml = YAML(typ="rt")
     try:
+        _check_depth(yaml.parse(text), file=file)
         doc = yaml.load(text)
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         raise SpecError(
             f"malformed YAML: {exc.problem or exc.context}",
-            file=str(p),
+            file=file,
             line=line,
             fix="fix the YAML syntax at that line (indentation, a missing ':' or quote)",
         ) from None
-    except YAMLError as exc:  # pragma: no cover - unusual scanner errors without marks
-        raise SpecError(f"malformed YAML: {exc}", file=str(p), fix="fix the YAML syntax") from None
+    except YAMLError as exc:  # unusual scanner errors without marks
+        raise SpecError(
+            f"malformed YAML: {_one_line(str(exc))}", file=file, fix="fix the YAML syntax"
+        ) from None
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        # raised by ruamel's constructors on tagged or oversized values (`!!bool maybe`,
+        # an integer of thousands of digits)
+        detail = repr(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise SpecError(
+            f"cannot read a value: {_one_line(detail)}",
+            file=file,
+            fix="write plain numbers, strings and booleans (no !!tags, no huge literals)",
+        ) from None
     if doc is None:
-        raise SpecError("file is empty", file=str(p), fix="write the spec's keys into it")
+        raise SpecError("file is empty", file=file, fix="write the spec's keys into it")
+    _check_values(doc, file=file)
     return doc
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]
+
+
+def _check_depth(events: Iterator[Event], *, file: str) -> None:
+    """Stop at the first collection nested deeper than `MAX_DEPTH`, before composing anything."""
+    depth = 0
+    for event in events:
+        if isinstance(event, CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                raise SpecError(
+                    f"nested more than {MAX_DEPTH} levels deep (the limit for a spec file)",
+                    file=file,
+                    line=mark.line + 1 if mark is not None else None,
+                    fix="flatten the structure; a spec needs only a few levels of nesting",
+                )
+        elif isinstance(event, CollectionEndEvent):
+            depth -= 1
+
+
+def _check_values(doc: Any, *, file: str) -> None:
+    """Walk the loaded document once: bounded depth and size after alias expansion (a YAML
+    "billion laughs" or a self-referencing alias), and text that can be printed."""
+    budget = [MAX_NODES]
+
+    def walk(node: Any, path: tuple[str | int, ...]) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise SpecError(
+                f"holds more than {MAX_NODES} values once its YAML aliases are expanded",
+                file=file,
+                fix="write the values out instead of nesting aliases (*name) inside each other",
+            )
+        if len(path) > MAX_DEPTH:
+            raise SpecError(
+                f"nested more than {MAX_DEPTH} levels deep (through YAML aliases)",
+                file=file,
+                key=dotted(path[:2]) + "...",
+                fix="remove the alias (*name) that refers to the collection containing it",
+            )
+        if isinstance(node, str):
+            _check_text(node, file=file, doc=doc, path=path)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                if isinstance(k, str):
+                    _check_text(k, file=file, doc=doc, path=path)
+                walk(v, (*path, str(k)))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, (*path, i))
+
+    walk(doc, ())
+
+
+def _check_text(text: str, *, file: str, doc: Any, path: tuple[str | int, ...]) -> None:
+    """Refuse lone surrogates (from a `"\\udc80"` escape): such text cannot be printed or saved."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecError(
+            "contains an escaped UTF-16 surrogate, which is not a character",
+            file=file,
+            key=dotted(path) or None,
+            line=line_of(doc, path),
+            fix="write the character itself, or a \\U escape of a real code point",
+        ) from None
 
 
 def line_of(doc: Any, path: tuple[str | int, ...]) -> int | None:
@@ -92,9 +292,11 @@ def dotted(path: tuple[str | int, ...]) -> str:
 def parse_value(text: str) -> Any:
     """A `--set` value as YAML reads a scalar: `8192` -> int, `0.5` -> float, `true` -> bool;
     anything else (a word, a list, a mapping, null, malformed YAML) stays the text as given."""
+    yaml = YAML(typ="safe")
     try:
-        value = YAML(typ="safe").load(text)
-    except Exception:
+        _check_depth(yaml.parse(text), file="--set")
+        value = yaml.load(text)
+    except Exception:  # malformed, too deep, or a constructor's complaint: keep the text
         return text
     return value if isinstance(value, bool | int | float | str) else text
 
@@ -111,10 +313,27 @@ _FIXES = {
     "literal_error": "use one of the allowed values",
     "greater_than": "use a positive value",
     "greater_than_equal": "use a larger value",
+    "less_than": "use a smaller value",
+    "less_than_equal": "use a value within the limit (rdusim bounds sizes so runs stay short)",
+    "finite_number": "write a finite number (not .inf or .nan)",
+    "string_too_long": "use a shorter string",
+    "dict_type": "write a section of keys (key: value lines indented under it)",
+    "list_type": "write a list, e.g. [a, b]",
     "string_type": "write a string",
     "bool_not_number": "write a number",
     "inconsistent": "make this key agree with the other key the message names",
 }
+
+
+SHOWN_VALUE_CHARS = 80
+
+
+def shown_value(value: Any) -> str:
+    """`repr(value)`, cut short so that a huge value does not flood the message."""
+    text = repr(value)
+    if len(text) <= SHOWN_VALUE_CHARS:
+        return text
+    return f"{text[: SHOWN_VALUE_CHARS - 20]}...{text[-10:]} ({len(text)} characters)"
 
 
 def reject_bools(value: Any, annotation: Any) -> Any:
@@ -139,7 +358,7 @@ def validate(model: type[M], data: Any, *, file: str, doc: Any = None, prefix: t
                 msg = msg.removeprefix("Value error, ")
             got = err.get("input")
             if err["type"] not in ("missing", "inconsistent") and not isinstance(got, dict | list):
-                msg += f" (got {got!r})"
+                msg += f" (got {shown_value(got)})"
             errors.append(
                 SpecError(
                     msg,

@@ -1,0 +1,134 @@
+"""A kernel's time: its pipeline at the real tile count, its call, and looped calls.
+
+The pipeline of a kernel with T tiles and S stages takes about A + B/T: A the steady state, B
+the fill and drain of one tile's trip through the stages. Real prefill tiles are small (a PMU's
+worth of rows), so a long prompt has thousands; simulating them all would be slow, simulating
+fewer would overstate fill and drain. The engine therefore runs at two resolutions and the
+kernel's time is read off the line at its real tile count.
+
+Each call costs program load, argument load and the sockets' synchronisation (MICRO'24 SN40L
+§IV-D): `software_call_s` when the host issues calls and waits for every socket, or
+`hardware_call_s` plus one barrier round on the links when the AGCUs run a pre-loaded call
+sequence. A looped call (Koeplinger et al., "Kernel Looping", arXiv 2410.23668) runs N
+consecutive executions of one kernel as one call with a pipelined outer loop: one call, one fill
+and drain, and N - 1 steady-state iterations, whose period comes from simulating two chained
+iterations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from rdusim.compiler.collectives import CollectiveKind, Topology, collective_cost
+from rdusim.compiler.program import Kernel
+from rdusim.sim.engine import MAX_SIM_TILES, OpTiming, PipelineRun, Slice, simulate_pipeline
+from rdusim.spec.hardware import Hardware
+
+
+def call_cost(hw: Hardware, orchestration: str) -> float:
+    """Seconds of one kernel call under `orchestration` (software | hardware)."""
+    cal = hw.calibration
+    if orchestration == "software":
+        return cal.software_call_s
+    barrier = collective_cost(
+        CollectiveKind.ALL_GATHER, 0.0, hw.sockets, Topology(hw.links.topology)
+    )
+    return cal.hardware_call_s + barrier.rounds * hw.links.p2p_latency_s
+
+
+@dataclass
+class KernelTiming:
+    """Per-socket timing of one kernel of a layer.
+
+    `pipeline_s` is one execution from an empty chip to the last write; `period_s` the time one
+    more iteration adds inside a looped call (equal to `pipeline_s` when not looped);
+    `executions` how many executions one call covers.
+    """
+
+    name: str
+    pipeline_s: float
+    period_s: float
+    call_s: float
+    executions: int
+    ops: list[OpTiming]
+    bottleneck: str
+    hbm_bytes: float  # per execution
+    p2p_bytes: float
+    hbm_busy_s: float
+    p2p_busy_s: float
+    slices: list[Slice] = field(default_factory=list)
+
+    @property
+    def call_time_s(self) -> float:
+        """One call: its cost, the first execution, and the looped ones."""
+        return self.call_s + self.pipeline_s + (self.executions - 1) * self.period_s
+
+    @property
+    def latency_s(self) -> float:
+        """Time per execution, the call's cost shared over the executions it covers."""
+        return self.call_time_s / self.executions
+
+    @property
+    def call_share_s(self) -> float:
+        """The call cost per execution."""
+        return self.call_s / self.executions
+
+
+def extrapolate(t_coarse: float, n_coarse: int, t_fine: float, n_fine: int, n: int) -> float:
+    """Time at `n` tiles on the line A + B/n through two simulated resolutions."""
+    b = (t_coarse - t_fine) / (1.0 / n_coarse - 1.0 / n_fine)
+    if b <= 0:  # finer tiles did not help: nothing to extrapolate
+        return t_fine
+    a = t_fine - b / n_fine
+    return a + b / n
+
+
+def _pipeline_at(
+    kernel: Kernel, hw: Hardware, run: PipelineRun, n: int, iterations: int, sockets: int
+) -> float:
+    """Pipeline time at the kernel's real tile count, given `run` at `n` simulated tiles."""
+    if kernel.tiles <= n:
+        return run.pipeline_s
+    half = max(1, n // 2)
+    coarse = simulate_pipeline(kernel, hw, tiles=half, iterations=iterations, sockets=sockets)
+    return extrapolate(coarse.pipeline_s, half, run.pipeline_s, n, kernel.tiles)
+
+
+def time_kernel(
+    kernel: Kernel,
+    hw: Hardware,
+    *,
+    orchestration: str = "hardware",
+    looped_executions: int = 1,
+    sockets: int = 1,
+    trace: bool = False,
+) -> KernelTiming:
+    """Time `kernel`: one call covering `looped_executions` executions (1: not looped)."""
+    n = max(1, min(kernel.tiles, MAX_SIM_TILES))
+    one = simulate_pipeline(kernel, hw, tiles=n, sockets=sockets, trace=trace)
+    pipeline = _pipeline_at(kernel, hw, one, n, 1, sockets)
+    period = pipeline
+    if looped_executions > 1:
+        two = simulate_pipeline(kernel, hw, tiles=n, iterations=2, sockets=sockets)
+        period = _pipeline_at(kernel, hw, two, n, 2, sockets) - pipeline
+    scale = pipeline / one.pipeline_s if one.pipeline_s > 0 else 1.0
+    ops = [replace(o, stall_s=max(0.0, pipeline - max(o.busy_s, o.hbm_s))) for o in one.ops]
+    call = call_cost(hw, orchestration)
+    slices = [
+        Slice(s.track, s.name, call + s.start * scale, call + s.end * scale, s.socket)
+        for s in one.slices
+    ]
+    return KernelTiming(
+        name=kernel.name,
+        pipeline_s=pipeline,
+        period_s=period,
+        call_s=call,
+        executions=looped_executions,
+        ops=ops,
+        bottleneck=one.bottleneck,
+        hbm_bytes=one.hbm_bytes,
+        p2p_bytes=one.p2p_bytes,
+        hbm_busy_s=one.hbm_busy_s,
+        p2p_busy_s=one.p2p_busy_s,
+        slices=slices,
+    )
