@@ -173,6 +173,16 @@ def _layer_kernels(
     return build_kernels(graph, fuse(graph, kspecs, kind, known), kind, wl, ctx)
 
 
+def _plan_looped(kernels: list[Kernel], hw: Hardware) -> None:
+    """A looped kernel streams the next iteration's weights during this one when one more
+    iteration's worth fits in SRAM beside the kernel (Koeplinger et al.'s pipelined outer loop)."""
+    for k in kernels:
+        extra = k.streamed_weight_bytes
+        if k.sram_bytes + extra <= hw.socket.sram_bytes:
+            k.prefetch_iteration = True
+            k.sram_bytes += extra
+
+
 def _check_looping(kind: str, kernels: list[Kernel]) -> None:
     if len(kernels) > 1:
         names = ", ".join(k.name for k in kernels)
@@ -253,9 +263,10 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
             if spec.kernel_looping:
                 _check_looping(kind, kernels)
             count = graphs.layer_counts[kind]
-            layers[kind] = LayerProgram(
-                kind, count, graph, kernels, wl, looped=spec.kernel_looping and count > 1
-            )
+            looped = spec.kernel_looping and count > 1
+            if looped:
+                _plan_looped(kernels, hw)
+            layers[kind] = LayerProgram(kind, count, graph, kernels, wl, looped=looped)
         extras = _extras(spec, graphs, wl, ctx)
     except SpecError as exc:
         raise rm.source.locate(exc) from None

@@ -74,6 +74,13 @@ class Kernel:
     kv_block: int | None = None
     sram_bytes: float = 0.0
     edges: list[tuple[str, str]] = field(default_factory=list)  # in-kernel producer -> consumer
+    # a looped kernel whose next iteration's weights fit beside it streams them in ahead (the
+    # pipelined outer loop); otherwise loaders run one double-buffered tile ahead
+    prefetch_iteration: bool = False
+
+    @property
+    def streamed_weight_bytes(self) -> float:
+        return sum(p.streamed_weight_bytes for p in self.ops)
 
     @property
     def pcus(self) -> int:

@@ -164,12 +164,20 @@ class _Run:
             self.done[socket][it].succeed()
 
     def transfer(
-        self, res: simpy.Resource, nbytes: float, kind: str, who: str, socket: int
+        self,
+        res: simpy.PriorityResource,
+        nbytes: float,
+        kind: str,
+        who: str,
+        socket: int,
+        iteration: int = 0,
     ) -> Process:
+        """Move `nbytes` over a channel; earlier iterations' transfers go first (program
+        order), so a looped kernel's prefetch only takes bandwidth the current one leaves."""
         if nbytes <= 0:
             return
         rate = self.hbm_rate if kind == "hbm" else self.p2p_rate
-        with res.request() as req:
+        with res.request(priority=iteration) as req:
             yield req
             start = self.env.now
             yield self.env.timeout(nbytes / rate)
@@ -181,25 +189,29 @@ class _Run:
             self.record(kind.upper(), who, start, socket)
 
     # --- processes -------------------------------------------------------------------------
-    def loader(self, p: OpPlan, out: simpy.Store, hbm: simpy.Resource, socket: int) -> Process:
+    def loader(
+        self, p: OpPlan, out: simpy.Store, hbm: simpy.PriorityResource, socket: int
+    ) -> Process:
         per_tile = (p.hbm_read + p.streamed_weight_bytes + p.spill_bytes) / self.n
-        for _ in range(self.iterations):
+        for it in range(self.iterations):
             for i in range(self.n):
-                yield from self.transfer(hbm, per_tile, "hbm", p.name, socket)
+                yield from self.transfer(hbm, per_tile, "hbm", p.name, socket, it)
                 yield out.put(i)
 
-    def writer(self, p: OpPlan, inbox: simpy.Store, hbm: simpy.Resource, socket: int) -> Process:
+    def writer(
+        self, p: OpPlan, inbox: simpy.Store, hbm: simpy.PriorityResource, socket: int
+    ) -> Process:
         per_tile = p.hbm_write / self.n
         for it in range(self.iterations):
             for _ in range(self.n):
                 yield inbox.get()
-                yield from self.transfer(hbm, per_tile, "hbm", p.name, socket)
+                yield from self.transfer(hbm, per_tile, "hbm", p.name, socket, it)
             self.finished(socket, it)
 
     def collective(
         self,
         c: Collective,
-        p2p: simpy.Resource,
+        p2p: simpy.PriorityResource,
         inbox: simpy.Store,
         outbox: simpy.Store,
         socket: int,
@@ -216,7 +228,7 @@ class _Run:
                 start = self.env.now
                 if i == 0 and c.rounds:
                     yield self.env.timeout(c.rounds * self.hw.links.p2p_latency_s)
-                yield from self.transfer(p2p, per_tile, "p2p", label, socket)
+                yield from self.transfer(p2p, per_tile, "p2p", label, socket, it)
                 yield self.barriers[id(c)].arrive((it, i))
                 self.record("P2P", label, start, socket)
                 yield outbox.put(i)
@@ -263,8 +275,8 @@ class _Run:
 
     def start_socket(self, s: int) -> None:
         env = self.env
-        hbm = simpy.Resource(env, capacity=1)
-        p2p = simpy.Resource(env, capacity=1)
+        hbm = simpy.PriorityResource(env, capacity=1)
+        p2p = simpy.PriorityResource(env, capacity=1)
         edges = {e: simpy.Store(env) for e in self.kernel.edges}
         coll_in = {id(c): simpy.Store(env) for c in self.kernel.collectives}
         coll_out = {id(c): simpy.Store(env) for c in self.kernel.collectives}
@@ -272,8 +284,10 @@ class _Run:
             self.pending[s][it] = len(self.kernel.ops) + sum(
                 1 for p in self.kernel.ops if p.hbm_write > 0
             )
+        # double-buffered tiles; a looped kernel with room also holds the next iteration's
+        depth = 2 + (self.n if self.kernel.prefetch_iteration and self.iterations > 1 else 0)
         for p in self.kernel.ops:
-            loaded = simpy.Store(env, capacity=2)
+            loaded = simpy.Store(env, capacity=depth)
             env.process(self.loader(p, loaded, hbm, s))
             wbox = None
             if p.hbm_write > 0:

@@ -11,8 +11,9 @@ Each call costs program load, argument load and the sockets' synchronisation (MI
 `hardware_call_s` plus one barrier round on the links when the AGCUs run a pre-loaded call
 sequence. A looped call (Koeplinger et al., "Kernel Looping", arXiv 2410.23668) runs N
 consecutive executions of one kernel as one call with a pipelined outer loop: one call, one fill
-and drain, and N - 1 steady-state iterations, whose period comes from simulating two chained
-iterations.
+and drain, and iterations that overlap. The first three chained iterations are simulated: the
+second still profits from the idle bandwidth of the first, the third runs at the loop's steady
+period, which every later one repeats.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ def call_cost(hw: Hardware, orchestration: str) -> float:
 class KernelTiming:
     """Per-socket timing of one kernel of a layer.
 
-    `pipeline_s` is one execution from an empty chip to the last write; `period_s` the time one
-    more iteration adds inside a looped call (equal to `pipeline_s` when not looped);
-    `executions` how many executions one call covers.
+    `pipeline_s` is one execution from an empty chip to the last write. Inside a looped call,
+    `second_s` is the time the second iteration adds and `period_s` the steady time every later
+    one adds (both equal to `pipeline_s` when not looped); `executions` how many executions one
+    call covers.
     """
 
     name: str
     pipeline_s: float
+    second_s: float
     period_s: float
     call_s: float
     executions: int
@@ -57,11 +60,17 @@ class KernelTiming:
     hbm_busy_s: float
     p2p_busy_s: float
     slices: list[Slice] = field(default_factory=list)
+    # trace slices are simulated at fewer tiles than the kernel has, and stretched by this factor
+    # onto the extrapolated pipeline
+    trace_scale: float = 1.0
 
     @property
     def call_time_s(self) -> float:
         """One call: its cost, the first execution, and the looped ones."""
-        return self.call_s + self.pipeline_s + (self.executions - 1) * self.period_s
+        looped = 0.0
+        if self.executions >= 2:
+            looped = self.second_s + (self.executions - 2) * self.period_s
+        return self.call_s + self.pipeline_s + looped
 
     @property
     def latency_s(self) -> float:
@@ -107,10 +116,14 @@ def time_kernel(
     n = max(1, min(kernel.tiles, MAX_SIM_TILES))
     one = simulate_pipeline(kernel, hw, tiles=n, sockets=sockets, trace=trace)
     pipeline = _pipeline_at(kernel, hw, one, n, 1, sockets)
-    period = pipeline
+    second = period = pipeline
     if looped_executions > 1:
         two = simulate_pipeline(kernel, hw, tiles=n, iterations=2, sockets=sockets)
-        period = _pipeline_at(kernel, hw, two, n, 2, sockets) - pipeline
+        t2 = _pipeline_at(kernel, hw, two, n, 2, sockets)
+        second = period = t2 - pipeline
+        if looped_executions > 2:
+            three = simulate_pipeline(kernel, hw, tiles=n, iterations=3, sockets=sockets)
+            period = _pipeline_at(kernel, hw, three, n, 3, sockets) - t2
     scale = pipeline / one.pipeline_s if one.pipeline_s > 0 else 1.0
     ops = [replace(o, stall_s=max(0.0, pipeline - max(o.busy_s, o.hbm_s))) for o in one.ops]
     call = call_cost(hw, orchestration)
@@ -121,6 +134,7 @@ def time_kernel(
     return KernelTiming(
         name=kernel.name,
         pipeline_s=pipeline,
+        second_s=second,
         period_s=period,
         call_s=call,
         executions=looped_executions,
@@ -131,4 +145,5 @@ def time_kernel(
         hbm_busy_s=one.hbm_busy_s,
         p2p_busy_s=one.p2p_busy_s,
         slices=slices,
+        trace_scale=scale,
     )

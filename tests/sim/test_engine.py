@@ -1,4 +1,5 @@
-"""The spatial-pipeline engine: invariants that hold for any kernel, checked on real R1 kernels.
+"""The spatial-pipeline engine: invariants that hold for any kernel, checked on real R1 kernels,
+and closed forms on small synthetic pipelines.
 
 The engine is a discrete-event simulation, so its answers are checked against what must be true
 of any schedule: identical sockets give identical results whether simulated once or all
@@ -17,9 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rdusim.api import run_mapping
-from rdusim.compiler.allocate import efficiency
 from rdusim.compiler.program import Collective, Kernel, OpPlan, Program
-from rdusim.sim.engine import MAX_SIM_TILES, KernelTiming, simulate_kernel
+from rdusim.sim.engine import MAX_SIM_TILES, PipelineRun, simulate_pipeline
 from rdusim.spec.hardware import Hardware
 
 MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
@@ -58,32 +58,25 @@ def hbm_rate(hw: Hardware) -> float:
 
 
 def p2p_rate(hw: Hardware) -> float:
-    return hw.links.p2p_bandwidth * hw.calibration.p2p_efficiency
+    return hw.links.p2p_bandwidth
 
 
 def kernel_hbm_bytes(k: Kernel) -> float:
     """Bytes the kernel moves over HBM on one socket (what the loaders and writers carry)."""
-    return sum(
-        p.hbm_read
-        + p.hbm_write
-        + p.spill_bytes
-        + (p.weight_bytes if p.cost_class != "memory" else 0.0)
-        for p in k.ops
-    )
+    return sum(p.hbm_read + p.hbm_write + p.spill_bytes + p.streamed_weight_bytes for p in k.ops)
 
 
 def op_compute_s(p: OpPlan, hw: Hardware) -> float:
-    rate = p.pcus * hw.socket.flops_per_pcu * efficiency(hw, p.cost_class)
+    rate = p.pcus * hw.socket.flops_per_pcu * hw.calibration.efficiency(p.cost_class)
     return p.flops / rate if rate > 0 and p.flops > 0 else 0.0
 
 
-def check_bounds(k: Kernel, t: KernelTiming, hw: Hardware) -> None:
-    launch = hw.calibration.kernel_launch_s
-    assert t.launch_s == launch
-    assert t.latency_s == pytest.approx(t.launch_s + t.pipeline_s, rel=REL)
-    assert t.latency_s >= launch + kernel_hbm_bytes(k) / hbm_rate(hw) - SLACK, k.name
-    assert t.latency_s >= launch + sum(c.bytes for c in k.collectives) / p2p_rate(hw) - SLACK
-    assert t.latency_s >= launch + max((o.busy_s for o in t.ops), default=0.0) - SLACK
+def check_bounds(k: Kernel, t: PipelineRun, hw: Hardware) -> None:
+    assert t.pipeline_s >= kernel_hbm_bytes(k) / hbm_rate(hw) - SLACK, k.name
+    assert t.pipeline_s >= sum(c.bytes for c in k.collectives) / p2p_rate(hw) - SLACK
+    assert t.pipeline_s >= max((o.busy_s for o in t.ops), default=0.0) - SLACK
+    latency = hw.links.p2p_latency_s
+    assert t.pipeline_s >= max((c.rounds * latency for c in k.collectives), default=0.0) - SLACK
     for o in t.ops:
         assert o.busy_s >= 0 and o.hbm_s >= 0 and o.stall_s >= 0
         assert o.bound in ("compute", "hbm", "input")
@@ -102,9 +95,9 @@ def test_sockets_equivalence(case):
     program, hw = compiled(*case)
     assert program.sockets == 16
     for kind, k in distinct_kernels(program):
-        one = simulate_kernel(k, hw, sockets=1)
-        all16 = simulate_kernel(k, hw, sockets=program.sockets)
-        assert all16.latency_s == pytest.approx(one.latency_s, rel=REL), (kind, k.name)
+        one = simulate_pipeline(k, hw, sockets=1)
+        all16 = simulate_pipeline(k, hw, sockets=program.sockets)
+        assert all16.pipeline_s == pytest.approx(one.pipeline_s, rel=REL), (kind, k.name)
         assert all16.hbm_bytes == pytest.approx(one.hbm_bytes, rel=REL)
         assert all16.p2p_bytes == pytest.approx(one.p2p_bytes, rel=REL)
         assert all16.bottleneck == one.bottleneck
@@ -124,7 +117,7 @@ def test_sockets_equivalence_through_run_mapping():
 def test_traced_sockets_run_the_same_schedule():
     program, hw = compiled(*PREFILL)
     k = program.layers["moe"].kernels[0]
-    t = simulate_kernel(k, hw, sockets=4, trace=True)
+    t = simulate_pipeline(k, hw, sockets=4, trace=True)
     per_socket = {
         s: sorted((x.track, x.name, x.start, x.end) for x in t.slices if x.socket == s)
         for s in range(4)
@@ -141,7 +134,7 @@ def test_traced_sockets_run_the_same_schedule():
 def test_latency_lower_bounds_and_bottleneck(case):
     program, hw = compiled(*case)
     for _, k in distinct_kernels(program):
-        check_bounds(k, simulate_kernel(k, hw), hw)
+        check_bounds(k, simulate_pipeline(k, hw), hw)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
@@ -149,7 +142,7 @@ def test_traffic_and_compute_are_conserved(case):
     """Tiling splits work but never loses or duplicates any: bytes and busy time add up."""
     program, hw = compiled(*case)
     for _, k in distinct_kernels(program):
-        t = simulate_kernel(k, hw)
+        t = simulate_pipeline(k, hw)
         assert t.hbm_bytes == pytest.approx(kernel_hbm_bytes(k), rel=REL, abs=1e-6)
         assert t.p2p_bytes == pytest.approx(sum(c.bytes for c in k.collectives), rel=REL, abs=1e-6)
         assert t.hbm_busy_s == pytest.approx(t.hbm_bytes / hbm_rate(hw), rel=REL, abs=1e-15)
@@ -162,14 +155,11 @@ def test_traffic_and_compute_are_conserved(case):
 def test_trace_does_not_change_timing():
     program, hw = compiled(*DECODE)
     for _, k in distinct_kernels(program):
-        plain = simulate_kernel(k, hw)
-        traced = simulate_kernel(k, hw, trace=True)
-        assert traced.latency_s == plain.latency_s
+        plain = simulate_pipeline(k, hw)
+        traced = simulate_pipeline(k, hw, trace=True)
+        assert traced.pipeline_s == plain.pipeline_s
         assert not plain.slices and traced.slices
-        launch = plain.launch_s
-        assert all(
-            launch - SLACK <= s.start <= s.end <= traced.latency_s + SLACK for s in traced.slices
-        )
+        assert all(-SLACK <= s.start <= s.end <= traced.pipeline_s + SLACK for s in traced.slices)
 
 
 # ------------------------------------------------------------------ monotonicity
@@ -181,8 +171,8 @@ def test_more_bandwidth_never_slower(case, what):
     program, hw = compiled(*case)
     faster = with_hbm_bandwidth(hw, 2.0) if what == "hbm" else with_p2p_bandwidth(hw, 2.0)
     for kind, k in distinct_kernels(program):
-        base = simulate_kernel(k, hw).latency_s
-        fast = simulate_kernel(k, faster).latency_s
+        base = simulate_pipeline(k, hw).pipeline_s
+        fast = simulate_pipeline(k, faster).pipeline_s
         assert fast <= base * (1 + REL), (kind, k.name, base, fast)
 
 
@@ -190,9 +180,9 @@ def test_hbm_bound_kernel_speeds_up_with_hbm():
     """A decode FFN streams expert weights: doubling HBM bandwidth must show."""
     program, hw = compiled(*DECODE)
     k = next(k for k in program.layers["moe"].kernels if k.name == "FFN")
-    base = simulate_kernel(k, hw)
+    base = simulate_pipeline(k, hw)
     assert base.bottleneck == "HBM bandwidth"
-    fast = simulate_kernel(k, with_hbm_bandwidth(hw, 2.0))
+    fast = simulate_pipeline(k, with_hbm_bandwidth(hw, 2.0))
     assert fast.pipeline_s < 0.75 * base.pipeline_s
 
 
@@ -200,7 +190,7 @@ def test_hbm_bound_kernel_speeds_up_with_hbm():
 def mha(seq_len: int) -> float:
     program, hw = compiled("r1_prefill", (f"seq_len={seq_len}",))
     k = next(k for k in program.layers["moe"].kernels if k.name == "MHA")
-    return simulate_kernel(k, hw).latency_s
+    return simulate_pipeline(k, hw).pipeline_s
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -242,7 +232,7 @@ def chain_kernel(
     edges = [(a.name, b.name) for a, b in itertools.pairwise(ops)]
     collectives = []
     if coll_bytes > 0 and len(ops) > 1:
-        collectives.append(Collective("all-reduce", "x", coll_bytes, 15, ops[0].name, ops[1].name))
+        collectives.append(Collective("all-reduce", "x", coll_bytes, 2, ops[0].name, ops[1].name))
     return Kernel("synthetic", ops, collectives, tiles=tiles, edges=edges)
 
 
@@ -263,17 +253,17 @@ def test_synthetic_pipeline_invariants(n, data, tiles, coll):
     writes = data.draw(st.lists(sizes, min_size=n, max_size=n))
     blocking = data.draw(st.integers(min_value=-1, max_value=n - 1))
     k = chain_kernel(flops, reads, writes, tiles, coll, blocking)
-    one = simulate_kernel(k, hw)
+    one = simulate_pipeline(k, hw)
     check_bounds(k, one, hw)
-    three = simulate_kernel(k, hw, sockets=3)
-    assert three.latency_s == pytest.approx(one.latency_s, rel=REL)
+    three = simulate_pipeline(k, hw, sockets=3)
+    assert three.pipeline_s == pytest.approx(one.pipeline_s, rel=REL)
     assert one.hbm_bytes == pytest.approx(kernel_hbm_bytes(k), rel=REL, abs=1e-6)
     # a pipeline never beats the sum of per-tile work on its busiest resource, and never
     # takes longer than running every stage and transfer back to back
     serial = (
         sum(op_compute_s(p, hw) for p in k.ops)
         + kernel_hbm_bytes(k) / hbm_rate(hw)
-        + sum(c.bytes / p2p_rate(hw) + c.steps * hw.links.p2p_latency_s for c in k.collectives)
+        + sum(c.bytes / p2p_rate(hw) + c.rounds * hw.links.p2p_latency_s for c in k.collectives)
     )
     assert one.pipeline_s <= serial * (1 + 1e-9) + SLACK
 
@@ -301,7 +291,90 @@ def test_each_socket_uses_its_own_stores(monkeypatch):
     monkeypatch.setattr(simpy, "Store", CountingStore)
     program, hw = compiled(*PREFILL)
     k = next(k for k in program.layers["moe"].kernels if k.collectives and k.edges)
-    simulate_kernel(k, hw, sockets=3)
+    simulate_pipeline(k, hw, sockets=3)
     n = max(1, min(k.tiles, MAX_SIM_TILES))
     assert created
     assert sorted({s.puts for s in created}) == [n]
+
+
+# ------------------------------------------------------------------ closed forms
+
+
+def single_op(flops: float = 0.0, read: float = 0.0, cost: str = "systolic", pcus: int = 10):
+    return OpPlan(
+        name="a",
+        kind="gemm",
+        cost_class=cost,
+        strategy="tp",
+        degree=16,
+        flops=flops,
+        hbm_read=read,
+        hbm_write=0.0,
+        weight_bytes=0.0,
+        stream_in=0.0,
+        stream_out=0.0,
+        pcus=pcus,
+    )
+
+
+def test_one_compute_stage_takes_its_flops_over_its_rate():
+    _, hw = compiled(*PREFILL)
+    p = single_op(flops=3.0e12)
+    t = simulate_pipeline(Kernel("k", [p], tiles=7), hw)
+    rate = 10 * hw.socket.flops_per_pcu * hw.calibration.gemm_efficiency
+    assert t.pipeline_s == pytest.approx(3.0e12 / rate, rel=REL)
+
+
+def test_one_read_takes_its_bytes_over_the_hbm_rate():
+    _, hw = compiled(*PREFILL)
+    p = single_op(read=5.0e9, cost="memory", pcus=0)
+    t = simulate_pipeline(Kernel("k", [p], tiles=9), hw)
+    assert t.pipeline_s == pytest.approx(5.0e9 / hbm_rate(hw), rel=REL)
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+@pytest.mark.parametrize(("f1", "f2", "n"), [(1e12, 3e12, 8), (4e12, 1e12, 5), (2e12, 2e12, 1)])
+def test_two_stage_pipeline(f1, f2, n, blocking):
+    """Streaming: tau1 + tau2 + (n-1) max(tau1, tau2); blocking: n tau1 + n tau2."""
+    _, hw = compiled(*PREFILL)
+    k = chain_kernel([f1, f2], [0.0, 0.0], [0.0, 0.0], n, 0.0, 1 if blocking else -1)
+    rate = 64 * hw.socket.flops_per_pcu * hw.calibration.gemm_efficiency
+    t1, t2 = f1 / n / rate, f2 / n / rate
+    expected = n * (t1 + t2) if blocking else t1 + t2 + (n - 1) * max(t1, t2)
+    assert simulate_pipeline(k, hw).pipeline_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 15])
+def test_collective_pays_its_rounds_once_then_streams_its_bytes(rounds):
+    _, hw = compiled(*PREFILL)
+    k = chain_kernel([0.0, 0.0], [0.0, 0.0], [0.0, 0.0], 4, 2.0e8, -1)
+    k.collectives[0].rounds = rounds
+    expected = rounds * hw.links.p2p_latency_s + 2.0e8 / p2p_rate(hw)
+    assert simulate_pipeline(k, hw).pipeline_s == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 5])
+def test_chained_iterations_of_a_lone_stage_run_back_to_back(iterations):
+    """The stage reading the layer input waits for the previous iteration: no overlap."""
+    _, hw = compiled(*PREFILL)
+    p = single_op(flops=1.0e12)
+    one = simulate_pipeline(Kernel("k", [p], tiles=4), hw).pipeline_s
+    many = simulate_pipeline(Kernel("k", [p], tiles=4), hw, iterations=iterations).pipeline_s
+    assert many == pytest.approx(iterations * one, rel=REL)
+
+
+def test_chained_iterations_prefetch_weights():
+    """Weights do not depend on the previous iteration, so they stream during its compute:
+    with load L and compute C per iteration (C > L), k iterations take L/n + k C + ... < k(L+C)."""
+    _, hw = compiled(*PREFILL)
+    p = single_op(flops=2.0e12)
+    p.weight_bytes = 1.0e9
+    n = 8
+    one = simulate_pipeline(Kernel("k", [p], tiles=n), hw).pipeline_s
+    three = simulate_pipeline(Kernel("k", [p], tiles=n), hw, iterations=3).pipeline_s
+    load = 1.0e9 / hbm_rate(hw)
+    compute = 2.0e12 / (10 * hw.socket.flops_per_pcu * hw.calibration.gemm_efficiency)
+    assert compute > load
+    # the first tile's weights, then every iteration's compute back to back
+    assert three == pytest.approx(load / n + 3 * compute, rel=1e-9)
+    assert one == pytest.approx(load / n + compute, rel=1e-9)

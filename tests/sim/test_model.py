@@ -82,9 +82,11 @@ def test_prefill_total_is_counted_sum(prefill):
     result, report = prefill.result, prefill.report
     assert result is not None
     for kind, lr in result.layers.items():
-        assert lr.runs == lr.count == prefill.program.layers[kind].count
-        assert lr.latency_s == pytest.approx(sum(k.latency_s for k in lr.kernels), rel=REL)
-    assert all(lr.runs == 1 for lr in result.extras.values())
+        assert lr.runs == 1 and lr.count == prefill.program.layers[kind].count
+        assert lr.executions == lr.count
+        per_layer = sum(k.call_s + k.pipeline_s for k in lr.kernels)
+        assert lr.latency_s == pytest.approx(per_layer, rel=REL)
+    assert all(lr.executions == 1 for lr in result.extras.values())
     expected = sum(lr.count * lr.latency_s for lr in result.layers.values()) + sum(
         lr.latency_s for lr in result.extras.values()
     )
@@ -92,6 +94,11 @@ def test_prefill_total_is_counted_sum(prefill):
     assert report["total_latency_s"] == pytest.approx(counted_total(report), rel=REL)
     assert set(report["extras"]) == {"embedding", "head"}
     assert sum(r["count"] for r in report["layers"].values()) == 61  # R1: 3 dense + 58 MoE
+    # every kernel of every layer is one host call
+    calls = sum(lp.count * len(lp.kernels) for lp in prefill.program.layers.values()) + 2
+    assert report["kernel_calls"] == result.kernel_calls == calls
+    call = prefill.mapping.hardware.calibration.software_call_s
+    assert report["kernel_call_time_s"] == pytest.approx(calls * call, rel=REL)
 
 
 def test_prefill_shares_sum_to_one(prefill):
@@ -113,8 +120,8 @@ def test_traffic_is_counted(prefill):
     result = prefill.result
     assert result is not None
     runs = [*result.layers.values(), *result.extras.values()]
-    hbm = sum(k.hbm_bytes * r.runs for r in runs for k in r.kernels)
-    p2p = sum(k.p2p_bytes * r.runs for r in runs for k in r.kernels)
+    hbm = sum(k.hbm_bytes * r.executions for r in runs for k in r.kernels)
+    p2p = sum(k.p2p_bytes * r.executions for r in runs for k in r.kernels)
     assert result.traffic("hbm") == pytest.approx(hbm, rel=REL)
     assert result.traffic("p2p") == pytest.approx(p2p, rel=REL)
     assert prefill.report["traffic_bytes"] == {
@@ -126,36 +133,59 @@ def test_traffic_is_counted(prefill):
 # ------------------------------------------------------------------ decode step
 
 
-def test_decode_step_includes_mtp(decode):
+def test_decode_step_verifies_drafts_and_runs_the_mtp_module_per_draft(decode):
+    """k = 2 drafts: the main model sees k + 1 tokens per sequence, the MTP module runs k times
+    (with its own embedding lookup and LM head), and 1 + a + a^2 tokens are accepted."""
     result, report = decode.result, decode.report
     assert result is not None
-    assert {"mtp0_proj", "mtp0_layer"} <= set(result.extras)
-    n_mtp = sum(1 for name in result.extras if name.startswith("mtp")) // 2
-    assert n_mtp == 1
-    assert result.extras["head"].runs == 1 + n_mtp == 2  # main model + the MTP module
-    assert report["extras"]["head"]["runs"] == 2
-    for name in ("embedding", "mtp0_proj", "mtp0_layer"):
-        assert result.extras[name].runs == 1
+    k, a = 2, 0.8
+    assert decode.program.workload.seq == k + 1
+    assert report["mtp"] == {"mode": "verify", "draft_tokens": k, "verified_tokens": k + 1}
+    assert report["tokens_per_step"] == pytest.approx(1 + a + a * a, rel=REL)
+    assert {"mtp0_proj", "mtp0_layer", "mtp_embedding", "mtp_head"} <= set(result.extras)
+    for name in ("mtp0_proj", "mtp0_layer", "mtp_embedding", "mtp_head"):
+        assert result.extras[name].executions == k
+        assert report["extras"][name]["runs"] == k
+    for name in ("embedding", "head"):
+        assert result.extras[name].executions == 1
     # the MTP module's transformer block is mapped like a MoE layer
-    assert [k.name for k in result.extras["mtp0_layer"].kernels] == [
-        k.name for k in result.layers["moe"].kernels
+    assert [kt.name for kt in result.extras["mtp0_layer"].kernels] == [
+        kt.name for kt in result.layers["moe"].kernels
     ]
-    step = (
-        sum(lr.count * lr.latency_s for lr in result.layers.values())
-        + result.extras["embedding"].latency_s
-        + 2 * result.extras["head"].latency_s
-        + result.extras["mtp0_proj"].latency_s
-        + result.extras["mtp0_layer"].latency_s
+    step = sum(lr.count * lr.latency_s for lr in result.layers.values()) + sum(
+        lr.executions * lr.latency_s for lr in result.extras.values()
     )
     assert result.total_latency_s == pytest.approx(step, rel=REL)
     assert report["total_latency_s"] == pytest.approx(counted_total(report), rel=REL)
+    assert report["tpot_s"] == pytest.approx(report["total_latency_s"] / (1 + a + a * a))
+
+
+def test_scaled_mtp_runs_a_plain_step():
+    run = run_mapping(
+        MAPPINGS / "r1_decode.yaml",
+        [
+            "seq_len=8192",
+            "batch=16",
+            "mtp.draft_tokens=0",
+            "mtp.mode=scaled",
+            "mtp.tokens_per_step=2.4",
+        ],
+    )
+    assert run.program.workload.seq == 1
+    assert run.report["tokens_per_step"] == 2.4
+    assert run.result is not None
+    assert run.result.extras["mtp0_layer"].executions == 0
+    assert "mtp_head" not in run.result.extras
+    assert run.report["throughput_tokens_per_s"] == pytest.approx(
+        16 * 2.4 / run.report["total_latency_s"], rel=REL
+    )
 
 
 def test_decode_step_longer_than_main_model(decode):
     result = decode.result
     assert result is not None
     main = sum(lr.count * lr.latency_s for lr in result.layers.values())
-    assert result.total_latency_s > main + result.extras["mtp0_layer"].latency_s
+    assert result.total_latency_s > main + 2 * result.extras["mtp0_layer"].latency_s
 
 
 def test_decode_throughput(decode):
@@ -164,7 +194,7 @@ def test_decode_throughput(decode):
     assert r["throughput_tokens_per_s"] == pytest.approx(
         r["batch"] * r["tokens_per_step"] / r["total_latency_s"], rel=REL
     )
-    assert r["max_batch_size"] >= r["batch"]
+    assert r["max_batch_size"] is None  # searched only for `batch: max`
 
 
 def test_decode_layers_are_two_kernels(decode):

@@ -1,0 +1,44 @@
+"""Published figures (package data) and the shipped mappings the comparisons run."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from rdusim.errors import SpecError
+
+
+def _load(name: str) -> dict[str, Any]:
+    text = resources.files("rdusim.data").joinpath(name).read_text(encoding="utf-8")
+    data: dict[str, Any] = YAML(typ="safe").load(text)
+    return data
+
+
+@cache
+def paper() -> dict[str, Any]:
+    """The SnapStream paper's Tables 4 and 5 and figures from its text."""
+    return _load("snapstream_paper.yaml")
+
+
+@cache
+def facts() -> dict[str, Any]:
+    """Published SN40L figures from other sources (kernel looping)."""
+    return _load("sn40l_facts.yaml")
+
+
+def mappings_dir() -> Path:
+    here = Path(__file__).resolve().parents[2] / "mappings"
+    if here.is_dir():
+        return here
+    cwd = Path.cwd() / "mappings"
+    if cwd.is_dir():
+        return cwd
+    raise SpecError(
+        "cannot find the mappings/ directory",
+        key="mappings",
+        fix="run from a checkout of rdusim (the paper's mappings live in mappings/)",
+    )

@@ -1,0 +1,139 @@
+"""A kernel's time: call costs per orchestration and topology, the pipeline extrapolated to the
+real tile count, and looped calls; each against a closed form or a brute-force simulation."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from rdusim.api import run_mapping
+from rdusim.compiler.program import Program
+from rdusim.sim.engine import simulate_pipeline
+from rdusim.sim.kernel import call_cost, extrapolate, time_kernel
+from rdusim.sim.model import simulate
+from rdusim.spec.hardware import Hardware, load_hardware
+
+MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
+REL = 1e-9
+
+
+@cache
+def compiled(mapping: str, overrides: tuple[str, ...]) -> tuple[Program, Hardware]:
+    run = run_mapping(MAPPINGS / f"{mapping}.yaml", list(overrides), simulate_it=False)
+    return run.program, run.mapping.hardware
+
+
+def with_links(hw: Hardware, **links: object) -> Hardware:
+    return hw.model_copy(update={"links": hw.links.model_copy(update=links)})
+
+
+# ------------------------------------------------------------------ calls
+
+
+@pytest.mark.parametrize("preset", ["sn40l-16", "sn40l-8"])
+def test_software_call_is_the_host_call(preset):
+    hw = load_hardware(preset)
+    assert call_cost(hw, "software") == hw.calibration.software_call_s
+
+
+@pytest.mark.parametrize("preset", ["sn40l-16", "sn40l-8"])
+def test_hardware_call_adds_one_barrier_round_when_fully_connected(preset):
+    hw = load_hardware(preset)
+    expected = hw.calibration.hardware_call_s + 1 * hw.links.p2p_latency_s
+    assert call_cost(hw, "hardware") == pytest.approx(expected, rel=REL)
+
+
+@pytest.mark.parametrize("preset", ["sn40l-16", "sn40l-8"])
+def test_hardware_call_on_a_ring_waits_d_minus_1_rounds(preset):
+    hw = with_links(load_hardware(preset), topology="ring")
+    d = hw.sockets
+    expected = hw.calibration.hardware_call_s + (d - 1) * hw.links.p2p_latency_s
+    assert call_cost(hw, "hardware") == pytest.approx(expected, rel=REL)
+
+
+# ------------------------------------------------------------------ tile extrapolation
+
+
+def test_extrapolate_is_exact_on_a_line():
+    a, b = 2.0, 96.0
+    line = lambda n: a + b / n  # noqa: E731
+    assert extrapolate(line(32), 32, line(64), 64, 4096) == pytest.approx(line(4096), rel=REL)
+    assert extrapolate(line(8), 8, line(16), 16, 16) == pytest.approx(line(16), rel=REL)
+
+
+def test_extrapolate_keeps_the_fine_value_when_finer_tiles_do_not_help():
+    assert extrapolate(1.0, 32, 1.5, 64, 4096) == 1.5
+    assert extrapolate(2.0, 32, 2.0, 64, 4096) == 2.0
+
+
+@pytest.mark.parametrize("seq_len", [4096, 8192])
+def test_fill_and_drain_at_short_prompts_match_the_real_tile_count(seq_len):
+    """The extrapolated pipeline of every R1 prefill kernel is within 3% of a simulation at
+    its real tile count (4096 tokens: 128 tiles of 32 rows)."""
+    program, hw = compiled("r1_prefill", (f"seq_len={seq_len}",))
+    for lp in program.layers.values():
+        for k in lp.kernels:
+            assert k.tiles == seq_len // 32
+            brute = simulate_pipeline(k, hw, tiles=k.tiles).pipeline_s
+            t = time_kernel(k, hw)
+            assert t.pipeline_s == pytest.approx(brute, rel=0.03), (lp.kind, k.name)
+
+
+def test_short_prompt_ttft_follows_the_prompt():
+    """At 4K a prompt is 128 tiles, so fill and drain no longer dominate: a 4K prompt costs
+    less than 1/16 of a 64K one plus the fixed per-layer calls."""
+    short = run_mapping(MAPPINGS / "r1_prefill.yaml", ["seq_len=4096"]).result
+    long = run_mapping(MAPPINGS / "r1_prefill.yaml", ["seq_len=65536"]).result
+    assert short is not None and long is not None
+    calls = short.kernel_call_time_s
+    assert short.total_latency_s - calls < (long.total_latency_s - calls) / 16 * 1.2
+
+
+# ------------------------------------------------------------------ looping
+
+
+LLAMA = ("llama31_8b_decode", ("batch=1", "seq_len=8192", "snapstream.enabled=false"))
+
+
+def test_looped_time_matches_chained_simulation():
+    """A looped call's N executions = one pipeline + (N-1) periods; brute force: simulate N
+    chained iterations."""
+    program, hw = compiled(*LLAMA)
+    (k,) = program.layers["dense"].kernels
+    t = time_kernel(k, hw, orchestration="hardware", looped_executions=6)
+    brute = simulate_pipeline(k, hw, iterations=6).pipeline_s
+    assert t.call_time_s - t.call_s == pytest.approx(brute, rel=1e-6)
+    assert t.latency_s == pytest.approx(t.call_time_s / 6, rel=REL)
+    assert t.call_share_s == pytest.approx(t.call_s / 6, rel=REL)
+
+
+def test_looping_saves_calls_and_overlaps_iterations():
+    program, hw = compiled(*LLAMA)
+    looped = simulate(program, hw)
+    plain_prog, _ = compiled(LLAMA[0], (*LLAMA[1], "kernel_looping=false"))
+    plain = simulate(plain_prog, hw)
+    layers = program.layers["dense"].count
+    assert looped.layers["dense"].calls == 1
+    assert plain.layers["dense"].calls == layers
+    call = call_cost(hw, "hardware")
+    saved = plain.layers["dense"].total_s - looped.layers["dense"].total_s
+    # at least the calls it saves; at most the calls plus every iteration's fill and drain
+    (kl,) = looped.layers["dense"].kernels
+    assert saved >= (layers - 1) * call * (1 - REL)
+    overlap = (kl.pipeline_s - kl.second_s) + (layers - 2) * (kl.pipeline_s - kl.period_s)
+    assert saved == pytest.approx((layers - 1) * call + overlap, rel=1e-9)
+    assert kl.period_s < kl.pipeline_s  # the next layer's weights stream during this one
+
+
+def test_layer_total_counts_calls_and_executions():
+    program, hw = compiled("r1_decode", ("batch=16", "seq_len=8192"))
+    result = simulate(program, hw)
+    for kind, lr in result.layers.items():
+        lp = program.layers[kind]
+        per_layer = sum(k.call_s + k.pipeline_s for k in lr.kernels)
+        assert lr.total_s == pytest.approx(lp.count * per_layer, rel=REL)
+        assert lr.calls == lp.count * len(lp.kernels)
+        assert lr.call_time_s == pytest.approx(lr.calls * call_cost(hw, "software"), rel=REL)
+    assert result.kernel_calls == sum(lp.calls for lp in program.all_layers())
