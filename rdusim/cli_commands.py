@@ -1,80 +1,182 @@
-"""Sub-commands beyond `model`, registered here to keep cli.py small."""
+"""Sub-commands beyond `model`, registered here to keep cli.py small.
+
+Every output path is checked before any work starts (a sweep or a calibration can take minutes),
+and all of a command's files are written together through temporaries that are renamed into
+place (`write_files`), so a failure leaves nothing half-written.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdusim.errors import SpecError
+from rdusim.spec.yamlio import check_path
 
 if TYPE_CHECKING:
     from rdusim.serving.reproduce import Cell
     from rdusim.spec.hardware import Hardware
 
+# Keys of a mapping that name files, checked before the mapping is loaded.
+MAPPING_PATH_KEYS = (("model",), ("hardware",), ("moe", "routing", "file"))
 
-def _write_atomic(path: Path, text: str, *, key: str, dir_fix: str) -> None:
-    """Write via a temporary file so that nothing is left half-written.
 
-    A path that is an existing directory, or one that cannot be written (no permission, a parent
-    that cannot be created), is a `SpecError` on option `key`; the temporary file never outlives
-    a failure. `dir_fix` is the advice when `path` is a directory.
-    """
+# --- output paths ----------------------------------------------------------------------------
+
+
+def _nearest_existing(path: Path) -> Path:
+    """`path` or its closest ancestor that exists (`.` or `/` at worst)."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return candidate
+    return Path(".")
+
+
+def _check_parent(path: Path, key: str) -> None:
+    """The nearest existing ancestor of `path` must be a directory that may be written."""
+    ancestor = _nearest_existing(path.parent)
+    if not ancestor.is_dir():
+        raise SpecError(
+            f"cannot write here: {ancestor} is a file, not a directory",
+            file=str(path),
+            key=key,
+            fix="choose a path whose parent directories are directories (or do not exist yet)",
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise SpecError(
+            f"cannot write here: no permission to write in {ancestor}",
+            file=str(path),
+            key=key,
+            fix="choose a directory you may write in",
+        )
+
+
+def _named(text: str, key: str, example: str) -> Path:
+    """A non-empty path the operating system can use."""
+    if not text.strip():
+        raise SpecError("is empty", key=key, fix=f"name a path, e.g. {key} {example}")
+    check_path(text, file=text, key=key)
+    return Path(text)
+
+
+def output_file(text: str, key: str, example: str) -> Path:
+    """Check an output file given on option `key` before any work is done."""
+    path = _named(text, key, example)
     if path.is_dir():
-        raise SpecError("is a directory, not a file", file=str(path), key=key, fix=dir_fix)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
+        raise SpecError(
+            "is a directory, not a file",
+            file=str(path),
+            key=key,
+            fix=f"name a file to write, e.g. {key} {path / example}",
+        )
+    _check_parent(path, key)
+    return path
+
+
+def output_dir(text: str, key: str, names: Sequence[str]) -> Path:
+    """Check an output directory (created if missing) and the `names` to be written in it."""
+    out = _named(text, key, "out")
+    if out.exists() and not out.is_dir():
+        raise SpecError(
+            "exists and is not a directory",
+            file=str(out),
+            key=key,
+            fix="name a directory (it is created if missing)",
+        )
+    _check_parent(out / "x", key)
+    for name in names:
+        if (out / name).is_dir():
             raise SpecError(
-                f"cannot write the file: {exc.strerror or exc}",
-                file=str(path),
+                "is a directory, not a file",
+                file=str(out / name),
                 key=key,
-                fix="check that its directory exists or can be created, and that you may "
-                "write there",
-            ) from None
-        raise
+                fix=f"remove that directory or name another {key} directory",
+            )
+    return out
+
+
+def write_outputs(files: Mapping[Path, str | bytes], keys: Mapping[Path, str]) -> None:
+    """Write all `files` at once; an operating-system refusal is a `SpecError` on the option
+    (`keys[path]`) that named the file."""
+    from rdusim.report.tables import write_files
+
+    try:
+        write_files(files)
+    except OSError as exc:
+        failed = Path(exc.filename) if isinstance(exc.filename, str) else None
+        path = next(
+            (p for p in files if failed is not None and failed.parent == p.parent),
+            next(iter(files)),
+        )
+        raise SpecError(
+            f"cannot write the file: {exc.strerror or exc}",
+            file=str(path),
+            key=keys.get(path),
+            fix="check that its directory exists or can be created, and that you may write there",
+        ) from None
+
+
+def _check_mapping_paths(mapping: str, overrides: Sequence[str]) -> None:
+    """Refuse a file name in the mapping (after `--set`) that no file system accepts, naming
+    its key, before loading the model and hardware it names."""
+    from rdusim.spec.mapping import apply_overrides
+    from rdusim.spec.yamlio import check_path_keys, read_document, to_plain
+
+    doc = read_document(mapping)
+    data = to_plain(doc)
+    if isinstance(data, dict):
+        data = apply_overrides(data, list(overrides), mapping)
+        check_path_keys(data, MAPPING_PATH_KEYS, file=mapping, doc=doc, base=Path(mapping).parent)
+
+
+def _check_hardware_arg(text: str | None) -> None:
+    if text is not None:
+        check_path(text, file=text, key="--hardware")
 
 
 def dump_json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
+def _map_outputs(args: argparse.Namespace) -> dict[str, Path]:
+    """The files `rdusim map` will write, by option, checked before the run."""
+    outputs: dict[str, Path] = {}
+    if args.trace is not None:
+        outputs["--trace"] = output_file(args.trace, "--trace", "trace.json")
+    if args.out is not None:
+        outputs["--out"] = output_dir(args.out, "--out", ["report.json"]) / "report.json"
+    if len(outputs) == 2 and outputs["--trace"].resolve() == outputs["--out"].resolve():
+        raise SpecError(
+            "is also the report --out writes",
+            file=str(outputs["--trace"]),
+            key="--trace",
+            fix="name a different trace file",
+        )
+    return outputs
+
+
 def _cmd_map(args: argparse.Namespace) -> int:
     from rdusim.api import run_mapping
     from rdusim.report.mapping_report import render_map_report, render_op_timing
 
-    run = run_mapping(args.mapping, args.set, trace=bool(args.trace))
+    outputs = _map_outputs(args)
+    _check_mapping_paths(args.mapping, args.set)
+    run = run_mapping(args.mapping, args.set, trace="--trace" in outputs)
     report = run.report
-    if args.trace:
+    files: dict[Path, str | bytes] = {}
+    if "--trace" in outputs:
         from rdusim.sim.trace import chrome_trace
 
         assert run.result is not None
-        _write_atomic(
-            Path(args.trace),
-            json.dumps(chrome_trace(run.result)),
-            key="--trace",
-            dir_fix=f"name a file to write, e.g. --trace {Path(args.trace) / 'trace.json'}",
-        )
-    if args.out:
-        out = Path(args.out)
-        if out.exists() and not out.is_dir():
-            raise SpecError(
-                "exists and is not a directory", file=str(out), key="--out", fix="name a directory"
-            )
-        _write_atomic(
-            out / "report.json",
-            dump_json(report),
-            key="--out",
-            dir_fix="remove that directory or name another --out directory",
-        )
+        files[outputs["--trace"]] = json.dumps(chrome_trace(run.result))
+    if "--out" in outputs:
+        files[outputs["--out"]] = dump_json(report)
+    write_outputs(files, {path: key for key, path in outputs.items()})
     if args.json:
         print(dump_json(report), end="")
     else:
@@ -82,24 +184,18 @@ def _cmd_map(args: argparse.Namespace) -> int:
         if args.ops:
             print()
             print(render_op_timing(report))
+    notes = sys.stderr if args.json else sys.stdout
+    if "--trace" in outputs:
+        print(f"wrote trace {outputs['--trace']} (open it in ui.perfetto.dev)", file=notes)
+    if "--out" in outputs:
+        print(f"wrote report {outputs['--out']}", file=notes)
     return 0
-
-
-def _out_dir(text: str, flag: str = "--out") -> Path:
-    out = Path(text)
-    if out.exists() and not out.is_dir():
-        raise SpecError(
-            "exists and is not a directory",
-            file=str(out),
-            key=flag,
-            fix="name a directory (it is created if missing)",
-        )
-    return out
 
 
 def _hardware(name_or_path: str | None) -> Hardware | None:
     from rdusim.spec.hardware import load_hardware
 
+    _check_hardware_arg(name_or_path)
     return load_hardware(name_or_path) if name_or_path else None
 
 
@@ -131,10 +227,12 @@ def _comparison_title(hw: Hardware | None) -> str:
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from rdusim.report import plots
-    from rdusim.report.tables import cells_csv, cells_json, render_comparison, write_files
+    from rdusim.report.tables import cells_csv, cells_json, render_comparison
     from rdusim.serving.reproduce import published
 
-    out = _out_dir(args.out)
+    tables = ["table4", "table5"] if args.which == "all" else [args.which]
+    names = [f"{t}.{ext}" for t in tables for ext in ("png", "svg", "csv", "json")]
+    out = output_dir(args.out, "--out", names)
     hw = _hardware(args.hardware)
     by_table = _comparison_cells(args.which, hw)
     pub = published()
@@ -157,7 +255,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         files[out / f"{name}.json"] = cells_json(
             cells, table=name, caption=pub[name]["caption"], **meta
         )
-    write_files(files)
+    write_outputs(files, dict.fromkeys(files, "--out"))
     cells = [c for cs in by_table.values() for c in cs]
     print(render_comparison(cells, _comparison_title(hw)))
     print(f"\nwrote {', '.join(sorted(p.name for p in files))} to {out}/")
@@ -180,45 +278,57 @@ def _hardware_source(name_or_path: str) -> Path:
 
 
 def _check_hardware_text(text: str, target: Path) -> None:
-    """Load `text` as a hardware spec (from a scratch file beside `target`) before writing it."""
-    from rdusim.spec.hardware import load_hardware
+    """Validate `text` as a hardware spec (reported against `target`) before writing it."""
+    from rdusim.spec.hardware import Hardware
+    from rdusim.spec.yamlio import parse_document, to_plain, validate
 
-    scratch = target.with_name(f".{target.stem}.check.yaml")
-    scratch.parent.mkdir(parents=True, exist_ok=True)
+    doc = parse_document(text, file=str(target))
+    validate(Hardware, to_plain(doc), file=str(target), doc=doc)
+
+
+def _patched(source: Path, text: str, values: Mapping[str, str]) -> str:
+    """`text` (the hardware YAML `source`) with its calibration entries set to `values`."""
+    from rdusim.report.tables import patch_calibration
+
     try:
-        scratch.write_text(text, encoding="utf-8")
-        load_hardware(scratch)
-    finally:
-        scratch.unlink(missing_ok=True)
+        return patch_calibration(text, values)
+    except KeyError as exc:
+        raise SpecError(
+            f"no calibration entries {exc.args[0]} to replace",
+            file=str(source),
+            key="--write",
+            fix="write from a YAML hardware file with a "
+            "calibration: section of `  key: value` lines",
+        ) from None
+
+
+def _calibration_target(args: argparse.Namespace, hw: Hardware, source: Path) -> str | None:
+    """Before fitting: check --write, and that the source's calibration section can be
+    patched; the source text, or None without --write."""
+    from rdusim.calibration import FITTED_PARAMS
+    from rdusim.report.tables import format_param
+
+    if args.write is None:
+        return None
+    output_file(args.write, "--write", "my-sn40l.yaml")
+    text = source.read_text(encoding="utf-8-sig")
+    _patched(source, text, {n: format_param(getattr(hw.calibration, n)) for n in FITTED_PARAMS})
+    return text
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    import sys
-
     from tqdm import tqdm
 
     from rdusim.calibration import FITTED_ON, FITTED_PARAMS, fit, fit_cells, with_calibration
-    from rdusim.report.tables import (
-        format_param,
-        patch_calibration,
-        render_params,
-        render_residuals,
-        write_files,
-    )
+    from rdusim.report.tables import format_param, render_params, render_residuals
     from rdusim.spec.hardware import load_hardware
 
     if args.max_evals < 1:
         raise SpecError(f"must be at least 1, got {args.max_evals}", key="--max-evals")
+    _check_hardware_arg(args.hardware)
     hw = load_hardware(args.hardware)
     source = _hardware_source(args.hardware)
-    target = Path(args.write) if args.write else None
-    if target is not None and target.is_dir():
-        raise SpecError(
-            "is a directory",
-            file=str(target),
-            key="--write",
-            fix="name the hardware YAML file to write",
-        )
+    source_text = _calibration_target(args, hw, source)
     before_cells = fit_cells(hw)
     # Each evaluation with a numerical Jacobian costs one call per parameter beyond the first.
     total = args.max_evals * (len(FITTED_PARAMS) + 1)
@@ -244,30 +354,74 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     print(render_residuals(before_cells, after_cells))
     print("\npaste into the calibration: section of the hardware YAML:")
     print("\n".join(f"  {n}: {v}" for n, v in text.items()))
-    if target is not None:
-        try:
-            new_text = patch_calibration(source.read_text(encoding="utf-8"), text)
-        except KeyError as exc:
-            raise SpecError(
-                f"no calibration entries {exc.args[0]} to replace",
-                file=str(source),
-                key="--write",
-                fix="write from a YAML hardware file with a "
-                "calibration: section of `  key: value` lines",
-            ) from None
+    if source_text is not None:
+        target = Path(args.write)
+        new_text = _patched(source, source_text, text)
         _check_hardware_text(new_text, target)
-        write_files({target: new_text})
+        write_outputs({target: new_text}, {target: "--write"})
         print(f"\nwrote {target} (a copy of {source} with the new calibration values)")
     return 0
 
 
-def _cmd_sweep(args: argparse.Namespace) -> int:
-    import sys
+def _sweep_outputs(args: argparse.Namespace, plot: bool) -> Path:
+    names = ["sweep.csv", "sweep.json"] + (["sweep.png"] if plot else [])
+    return output_dir(args.out, "--out", names)
 
+
+def _sweep_files(
+    args: argparse.Namespace,
+    out: Path,
+    axes: Sequence[Any],
+    rows: list[dict[str, Any]],
+    plot: tuple[str, str] | None,
+) -> dict[Path, str | bytes]:
+    """sweep.csv and sweep.json with every row, and sweep.png of the feasible ones."""
+    from rdusim.report.plots import figure_bytes, sweep_figure
+    from rdusim.report.tables import to_csv, to_json
+    from rdusim.serving import sweep
+
+    cols = sweep.columns(axes, rows)
+    infeasible = sum(not sweep.is_ok(r) for r in rows)
+    meta = {
+        "mapping": str(args.mapping),
+        "set": {a.key: list(a.values) for a in axes},
+        "points": len(rows),
+        "infeasible": infeasible,
+    }
+    files: dict[Path, str | bytes] = {
+        out / "sweep.csv": to_csv(cols, rows),
+        out / "sweep.json": to_json(meta | {"columns": cols, "rows": rows}),
+    }
+    if plot is not None:
+        x, y = plot
+        # kernel columns exist only once a point ran
+        sweep.check_plot(x, y, cols, kernels=infeasible == len(rows))
+        groups = [a.key for a in axes if len(a.values) > 1 and a.key != x]
+        title = f"{Path(args.mapping).stem}: {y} vs {x}"
+        files[out / "sweep.png"] = figure_bytes(sweep_figure(rows, x, y, groups, title), "png")
+    return files
+
+
+def _report_sweep(
+    points: Sequence[Any], rows: list[dict[str, Any]], varying: list[str], plotted: bool
+) -> None:
+    """The console summary: one line per point, then why each infeasible point did not run."""
+    from rdusim.report.tables import render_sweep
+    from rdusim.serving import sweep
+
+    print(render_sweep(rows, [*varying, "status"]))
+    bad = [(p, r) for p, r in zip(points, rows, strict=True) if not sweep.is_ok(r)]
+    if bad:
+        print(f"\n{len(bad)} of {len(rows)} points infeasible:")
+        for point, row in bad:
+            print(f"  {sweep.describe(point)}: {row['reason']}")
+        if plotted:
+            print(f"the plot skips the {len(bad)} infeasible point{'s' if len(bad) != 1 else ''}")
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from rdusim.report.plots import figure_bytes, sweep_figure
-    from rdusim.report.tables import render_sweep, to_csv, to_json, write_files
     from rdusim.serving import sweep
 
     axes = sweep.parse_axes(args.set)
@@ -275,35 +429,38 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     jobs = sweep.default_jobs() if args.jobs is None else args.jobs
     if jobs < 1:
         raise SpecError(f"must be at least 1, got {jobs}", key="--jobs")
-    out = _out_dir(args.out)
+    out = _sweep_outputs(args, plot is not None)
     points = sweep.grid(axes)
+    for point in points:
+        _check_mapping_paths(args.mapping, sweep.overrides(point))
     sweep.check_points(args.mapping, points)
     if plot is not None:
         sweep.check_plot(*plot, sweep.columns(axes, []), kernels=True)
     with tqdm(total=len(points), desc="sweep", unit="point", file=sys.stderr) as bar:
         rows = sweep.run_sweep(args.mapping, points, jobs=jobs, checked=True, progress=bar.update)
-    cols = sweep.columns(axes, rows)
-    files: dict[Path, str | bytes] = {
-        out / "sweep.csv": to_csv(cols, rows),
-        out / "sweep.json": to_json(
-            {
-                "mapping": str(args.mapping),
-                "set": {a.key: list(a.values) for a in axes},
-                "columns": cols,
-                "rows": rows,
-            }
-        ),
-    }
-    varying = [a.key for a in axes if len(a.values) > 1]
-    if plot is not None:
-        x, y = plot
-        sweep.check_plot(x, y, cols)
-        groups = [k for k in varying if k != x]
-        title = f"{Path(args.mapping).stem}: {y} vs {x}"
-        files[out / "sweep.png"] = figure_bytes(sweep_figure(rows, x, y, groups, title), "png")
-    write_files(files)
-    print(render_sweep(rows, varying))
+    files = _sweep_files(args, out, axes, rows, plot)
+    write_outputs(files, dict.fromkeys(files, "--out"))
+    _report_sweep(points, rows, [a.key for a in axes if len(a.values) > 1], plot is not None)
     print(f"\n{len(rows)} points; wrote {', '.join(p.name for p in files)} to {out}/")
+    return _sweep_exit(args, rows, out)
+
+
+def _sweep_exit(args: argparse.Namespace, rows: list[dict[str, Any]], out: Path) -> int:
+    """0 when every point ran (or some did, without --strict), 1 with --strict and an
+    infeasible point, and a user error (2) when no point ran."""
+    from rdusim.serving import sweep
+
+    infeasible = sum(not sweep.is_ok(r) for r in rows)
+    if infeasible == len(rows):
+        raise SpecError(
+            f"none of the {len(rows)} sweep points ran; every one is infeasible "
+            f"(the reasons are in {out / 'sweep.csv'})",
+            file=str(args.mapping),
+            fix="change the swept values so that some point fits, e.g. a smaller batch",
+        )
+    if infeasible and args.strict:
+        print(f"rdusim: {infeasible} infeasible point(s) and --strict: exit 1", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -390,5 +547,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--plot",
         metavar="X:Y",
         help="also draw DIR/sweep.png, e.g. seq_len:throughput_tokens_per_s",
+    )
+    s.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 if any point is infeasible (every row is still written)",
     )
     s.set_defaults(func=_cmd_sweep)

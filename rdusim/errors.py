@@ -12,11 +12,11 @@ SHOWN_NAME_CHARS = 120
 
 
 def shown_path(text: str) -> str:
-    """`text`, with the middle of an over-long path elided (the length is named instead)."""
+    """`text`, with the middle of an over-long path elided."""
     if len(text) <= SHOWN_NAME_CHARS:
         return text
     keep = SHOWN_NAME_CHARS // 2
-    return f"{text[:keep]}...{text[-keep // 2 :]} ({len(text)} characters)"
+    return f"{text[:keep]}...{text[-keep // 2 :]}"
 
 
 class RdusimError(Exception):

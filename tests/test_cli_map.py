@@ -334,3 +334,71 @@ def test_unknown_hardware(run_cli, r1_mapping):
     assert_user_error(
         run_cli(["map", path]), path, "hardware", "sn99", f":{line_with(text, 'hardware: sn99')}:"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# outputs: checked before the run, written atomically, announced
+
+
+def _map_args(mappings_dir: Path, *extra: object) -> list[object]:
+    return ["map", mappings_dir / "r1_prefill.yaml", "--set", "seq_len=16384", *extra]
+
+
+def test_trace_is_not_written_when_out_is_a_file(run_cli, mappings_dir, tmp_path):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x", encoding="utf-8")
+    trace = tmp_path / "trace.json"
+    result = run_cli(_map_args(mappings_dir, "--trace", trace, "--out", blocker))
+    assert_user_error(result, blocker, "--out", "not a directory")
+    assert not trace.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
+
+
+def test_empty_trace_name_is_a_user_error(run_cli, mappings_dir):
+    code, out, err = run_cli(_map_args(mappings_dir, "--trace", ""))
+    assert code == 2 and out == ""
+    assert "--trace: is empty" in err and "fix:" in err
+
+
+def test_trace_and_report_cannot_be_the_same_file(run_cli, mappings_dir, tmp_path):
+    result = run_cli(
+        _map_args(mappings_dir, "--trace", tmp_path / "report.json", "--out", tmp_path)
+    )
+    assert_user_error(result, "report.json", "--trace")
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_trace_path_is_printed_on_stdout(run_cli, mappings_dir, tmp_path):
+    trace = tmp_path / "t.json"
+    code, out, err = run_cli(_map_args(mappings_dir, "--trace", trace))
+    assert code == 0, err
+    assert f"wrote trace {trace}" in out.splitlines()[-1]
+
+
+def test_trace_path_goes_to_stderr_with_json(run_cli, mappings_dir, tmp_path):
+    trace = tmp_path / "t.json"
+    code, out, err = run_cli(_map_args(mappings_dir, "--trace", trace, "--json", "--out", tmp_path))
+    assert code == 0, err
+    assert json.loads(out)["seq_len"] == 16384  # stdout is only the JSON report
+    assert f"wrote trace {trace}" in err and f"wrote report {tmp_path / 'report.json'}" in err
+
+
+def test_trace_through_a_symlink_keeps_the_link(run_cli, mappings_dir, tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old", encoding="utf-8")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    code, _, err = run_cli(_map_args(mappings_dir, "--trace", link))
+    assert code == 0, err
+    assert link.is_symlink() and json.loads(real.read_text(encoding="utf-8"))
+    assert _leftover_temporaries(tmp_path) == []
+
+
+def test_a_failing_run_writes_nothing(run_cli, mappings_dir, tmp_path):
+    """Outputs are checked first and written last: a mapping error leaves the disk untouched."""
+    trace, out_dir = tmp_path / "t.json", tmp_path / "run"
+    result = run_cli(
+        _map_args(mappings_dir, "--set", "batch=0", "--trace", trace, "--out", out_dir)
+    )
+    assert result[0] == 2
+    assert list(tmp_path.iterdir()) == []

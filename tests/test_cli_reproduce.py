@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -194,3 +195,39 @@ def test_calibrate_rejects_bad_arguments(run_cli: Cli, tmp_path: Path) -> None:
     assert code == 2 and "--max-evals" in err
     code, _, err = run_cli(["calibrate", "--write", tmp_path])
     assert code == 2 and "directory" in err
+
+
+def test_calibrate_checks_write_before_fitting(run_cli: Cli, tmp_path: Path) -> None:
+    """A --write path under a regular file fails at once, before any evaluation of the fit."""
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("keep", encoding="utf-8")
+    start = time.perf_counter()
+    code, out, err = run_cli(["calibrate", "--write", blocker / "hw.yaml"])
+    assert code == 2 and out == ""
+    assert "--write: cannot write here" in err and "is a file, not a directory" in err
+    assert "eval" not in err  # no progress bar: the fit never started
+    assert time.perf_counter() - start < 2
+    assert blocker.read_text(encoding="utf-8") == "keep"
+
+
+def test_calibrate_checks_the_source_has_calibration_lines_before_fitting(
+    run_cli: Cli, tmp_path: Path
+) -> None:
+    flow = tmp_path / "flow.yaml"
+    text = preset_path("sn40l-16").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    start = lines.index("calibration:")
+    body = [ln.split("#")[0].strip() for ln in lines[start + 1 :] if ln.startswith("  ")]
+    inline = "calibration: {" + ", ".join(b for b in body if b) + "}"
+    flow.write_text("\n".join([*lines[:start], inline]) + "\n", encoding="utf-8")
+    code, _, err = run_cli(["calibrate", "--hardware", flow, "--write", tmp_path / "out.yaml"])
+    assert code == 2 and "no calibration entries" in err and "eval" not in err
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_reproduce_out_under_a_file_is_checked_first(run_cli: Cli, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("keep", encoding="utf-8")
+    code, out, err = run_cli(["reproduce", "--out", blocker / "sub"])
+    assert code == 2 and out == "" and "is a file, not a directory" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

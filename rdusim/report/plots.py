@@ -295,10 +295,15 @@ def _label(v: Any) -> str:
 def sweep_figure(
     rows: Sequence[Mapping[str, Any]], x: str, y: str, group_keys: Sequence[str], title: str = ""
 ) -> Figure:
-    """`y` against `x`, one line per combination of the `group_keys` values."""
+    """`y` against `x`, one line per combination of the `group_keys` values.
+
+    Rows whose `status` is not `ok` (infeasible sweep points) are skipped, and the title says how
+    many, so a gap in a line is explained on the figure itself.
+    """
     lines: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
+    skipped = sum(1 for r in rows if r.get("status", "ok") != "ok")
     for r in rows:
-        if r.get(x) is None or r.get(y) is None:
+        if r.get("status", "ok") != "ok" or r.get(x) is None or r.get(y) is None:
             continue
         lines.setdefault(tuple(r.get(k) for k in group_keys), []).append((r[x], r[y]))
     fig = Figure(figsize=(8, 5), layout="constrained")
@@ -330,7 +335,10 @@ def sweep_figure(
     ax.grid(alpha=0.3)
     if group_keys:
         ax.legend(fontsize=9)
-    ax.set_title(title or f"{y} vs {x}")
+    title = title or f"{y} vs {x}"
+    if skipped:
+        title += f"\n({skipped} infeasible point{'s' if skipped != 1 else ''} skipped)"
+    ax.set_title(title)
     if not lines:
         ax.text(0.5, 0.5, "no values to plot", transform=ax.transAxes, ha="center")
     return fig

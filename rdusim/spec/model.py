@@ -69,13 +69,11 @@ def check_limit(name: str, value: Any) -> Any:
     """Refuse a number above the key's limit before pydantic parses it, so that `1e29` reads
     "less than or equal to 1024" rather than an integer-parsing failure."""
     limit = LIMITS.get(name)
-    if (
-        limit is not None
-        and isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > limit
-    ):
+    if limit is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return value  # pydantic names it: "Input should be a finite number"
+    if value > limit:
         raise PydanticCustomError(
             "less_than_equal", "Input should be less than or equal to {le}", {"le": limit}
         )

@@ -45,7 +45,7 @@ FITTED_ON: dict[str, str] = {
     "hbm_efficiency": "not fitted: ~85% of HBM bandwidth in a fused decoder (MICRO'24 §VI-C)",
     "software_call_s": "fitted: Table 5 (128K, SnapStream) and Table 4's ring-buffer share",
     "hardware_call_s": "fitted: kernel looping's 2.2x decode speed-up (arXiv 2410.23668)",
-    "hbm_usable_fraction": "read off a band: Table 5 max batch sizes",
+    "hbm_usable_fraction": "fitted: Table 5 max batch sizes (read off a band, not least squares)",
 }
 
 MAX_CORRELATION = 0.95

@@ -43,6 +43,8 @@ def test_efficiency_by_cost_class():
     assert efficiency(HW, "attention") == cal.attention_efficiency
     assert efficiency(HW, "simd") == cal.simd_efficiency
     assert efficiency(HW, "memory") == 1.0
+    for c in CLASSES:
+        assert efficiency(HW, c) == cal.efficiency(c)
 
 
 def test_pcus_follow_work():
@@ -89,12 +91,13 @@ def test_allocation_invariants(ops):
     assert k.pcus == (HW.socket.pcus if compute else 0)
 
 
+@pytest.mark.parametrize("batch", [1, 16])
 @pytest.mark.parametrize(
     "mapping",
     ["r1_prefill.yaml", "r1_decode.yaml", "llama31_8b_prefill.yaml", "llama31_8b_decode.yaml"],
 )
-def test_shipped_mappings_stay_within_the_socket(mapping):
-    rm = load_mapping(MAPPINGS / mapping, ["seq_len=16384", "batch=16"])
+def test_shipped_mappings_stay_within_the_socket(mapping, batch):
+    rm = load_mapping(MAPPINGS / mapping, ["seq_len=16384", f"batch={batch}"])
     prog = compile_mapping(rm)
     for lp in prog.all_layers():
         for k in lp.kernels:

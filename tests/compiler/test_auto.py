@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rdusim.compiler.auto import SRAM_BUDGET_FRACTION, auto_kernels
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.fusion import fuse
+from rdusim.errors import SpecError
 from rdusim.ir.builders import deepseek
 from rdusim.spec.hardware import load_hardware
 from rdusim.spec.mapping import Sharding, load_mapping
@@ -29,12 +30,17 @@ SOURCES = {
 
 @pytest.fixture(scope="module")
 def auto_mappings(tmp_path_factory) -> dict[str, Path]:
-    """The shipped mappings with `kernels: auto` (and the model given by absolute path)."""
+    """The shipped mappings with `kernels: auto` (and the model given by absolute path).
+
+    Kernel looping is switched off: it needs one kernel per layer, and the greedy rule fuses only
+    what the SRAM budget allows (test_kernel_looping_with_auto_kernels covers the combination).
+    """
     out = {}
     tmp = tmp_path_factory.mktemp("auto")
     for name, (mapping, model) in SOURCES.items():
         text = (REPO / "mappings" / mapping).read_text(encoding="utf-8")
         text = re.sub(r"^model: .*$", f"model: {REPO / 'models' / model}", text, flags=re.M)
+        text = re.sub(r"^kernel_looping: .*$", "kernel_looping: false", text, flags=re.M)
         text = text[: text.index("\nkernels:")] + "\nkernels: auto\n"
         out[name] = tmp / f"{name}_auto.yaml"
         out[name].write_text(text, encoding="utf-8")
@@ -122,3 +128,26 @@ def test_auto_kernels_fit_the_socket(auto_mappings, name, seq_len, batch, snapst
             assert k.sram_bytes <= HW.socket.sram_bytes, (lp.kind, k.name)
             assert k.pcus <= 1040, (lp.kind, k.name)
             assert k.pmus <= 1040, (lp.kind, k.name)
+
+
+@pytest.mark.parametrize(
+    ("batch", "snapstream", "one_kernel"), [(1, "true", True), (256, "false", False)]
+)
+def test_kernel_looping_with_auto_kernels(auto_mappings, batch, snapstream, one_kernel):
+    """Looping applies when the greedy rule makes each layer one kernel (a compressed cache),
+    and is otherwise the located error that names `kernel_looping` and the kernels (at 256
+    uncompressed 128K sequences the greedy rule splits the layer)."""
+    overrides = ["seq_len=131072", f"batch={batch}", f"snapstream.enabled={snapstream}"]
+    plain = compile_mapping(load_mapping(auto_mappings["llama_decode"], overrides))
+    kernels = plain.layers["dense"].kernels
+    assert (len(kernels) == 1) == one_kernel
+    rm = load_mapping(auto_mappings["llama_decode"], [*overrides, "kernel_looping=true"])
+    if one_kernel:
+        lp = compile_mapping(rm).layers["dense"]
+        assert lp.looped and (lp.calls, lp.executions) == (1, 32)
+    else:
+        with pytest.raises(SpecError) as info:
+            compile_mapping(rm)
+        assert info.value.key == "kernel_looping"
+        assert info.value.file == str(auto_mappings["llama_decode"])
+        assert all(k.name in info.value.problem for k in kernels)

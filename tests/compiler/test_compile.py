@@ -1,5 +1,5 @@
-"""The compiler driver: workloads, tiles, whole programs, and conservation of work under any
-valid fusion and sharding (property-based)."""
+"""The compiler driver: workloads, tiles, whole programs (MTP, kernel looping), and conservation of
+work under any valid fusion and sharding (property-based)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdusim.compiler.compile import (
-    DEFAULT_TILE_TOKENS,
+    CompileContext,
     _tiles,
     build_kernels,
     compile_mapping,
+    prefill_tile_tokens,
     workload_for,
 )
 from rdusim.compiler.fusion import fuse
+from rdusim.compiler.program import Kernel, LayerProgram
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
 from rdusim.ir.graph import Graph, TPMode, Workload
@@ -32,7 +34,10 @@ REPO = Path(__file__).resolve().parents[2]
 MAPPINGS = REPO / "mappings"
 SS = SnapStreamConfig(sink=128, recent=448, topk=448, obs_window=128, pool_kernel=7)
 TP_CHOICES = ({"tp": 16}, {"tp": 8}, {"tp": 4}, {})
-DECODE_BATCH = 16  # divisible by every dp degree drawn, so dp splits are exact
+# decode batches: each is divisible by the dp groups any drawn dp degree keeps (batch 1: one
+# group split over the cache; 4: four groups), so dp and split-KV divide the work exactly
+DECODE_BATCHES = (1, 4, 16)
+R1_TILE_ROWS = 32  # 500 kB PMU // (7168 x 2 bytes) = 34 rows, rounded down to a power of two
 
 
 @cache
@@ -41,14 +46,19 @@ def hardware() -> Hardware:
 
 
 @cache
-def case(label: str) -> tuple[Graph, str, Workload, str]:
+def case(label: str, batch: int = 16, verified: int = 1) -> tuple[Graph, str, Workload, str]:
     """(graph, layer kind, workload, phase) of one layer under test."""
     model, kind, phase = label.split(":")
     cfg = load_model_config(REPO / "models" / f"{model}.yaml")
     ss = SS if phase == "prefill" else None
     graph = build_model(cfg, phase, ss).layers[kind]
-    batch = 1 if phase == "prefill" else DECODE_BATCH
-    return graph, kind, workload_for(phase, batch, 4096 if phase == "prefill" else 8192, ss), phase
+    if phase == "prefill":
+        return graph, kind, workload_for(phase, 1, 4096, ss), phase
+    return graph, kind, workload_for(phase, batch, 8192, ss, verified), phase
+
+
+def context(phase: str) -> CompileContext:
+    return CompileContext(hardware(), phase, R1_TILE_ROWS)
 
 
 CASES = (
@@ -62,10 +72,13 @@ CASES = (
 
 
 @st.composite
-def fusions(draw: st.DrawFn) -> tuple[str, list[KernelSpec]]:
-    """A layer cut into random contiguous kernels of its topological order, randomly sharded."""
+def fusions(draw: st.DrawFn) -> tuple[tuple[str, int, int], list[KernelSpec]]:
+    """A layer cut into random contiguous kernels of its topological order, randomly sharded;
+    decode layers at a random batch and 1 or 3 verified tokens per sequence."""
     label = draw(st.sampled_from(CASES))
-    graph, _, _, phase = case(label)
+    batch = draw(st.sampled_from(DECODE_BATCHES))
+    verified = draw(st.sampled_from((1, 3)))
+    graph, _, _, phase = case(label, batch, verified)
     order = graph.order()
     cuts = draw(st.lists(st.booleans(), min_size=len(order) - 1, max_size=len(order) - 1))
     groups: list[list[str]] = [[order[0]]]
@@ -83,17 +96,18 @@ def fusions(draw: st.DrawFn) -> tuple[str, list[KernelSpec]]:
             if dp:
                 overrides["attention"] = Sharding(dp=dp)
         kernels.append(KernelSpec(name=f"K{i}", ops=ops, sharding=sharding, overrides=overrides))
-    return label, kernels
+    return (label, batch, verified), kernels
 
 
 def split_factor(plan, op, phase: str) -> int:
-    """Sockets sharing an op's work, per the sharding pass's documented semantics: tp/dp/ep
-    divide it by the degree, except that token-wise ops under tp in decode are replicated."""
+    """Sockets sharing an op's work, per the sharding pass's documented semantics: tp/dp divide
+    it by the degree and split-KV by its split too, except that token-wise ops under tp in
+    decode are replicated."""
     if plan.strategy == "replicate":
         return 1
     if plan.strategy == "tp" and op.tp_mode == TPMode.TOKEN and phase == "decode":
         return 1
-    return plan.degree
+    return plan.degree * plan.seq_split
 
 
 def weight_split(plan, op) -> int:
@@ -107,10 +121,10 @@ def weight_split(plan, op) -> int:
 @settings(max_examples=30, deadline=None)
 @given(fusions())
 def test_random_fusions_conserve_ops_flops_and_weights(drawn):
-    label, kspecs = drawn
-    graph, kind, wl, phase = case(label)
+    (label, batch, verified), kspecs = drawn
+    graph, kind, wl, phase = case(label, batch, verified)
     fused = fuse(graph, kspecs, kind)
-    kernels = build_kernels(graph, fused, kind, wl, hardware(), phase, check=False)
+    kernels = build_kernels(graph, fused, kind, wl, context(phase), check=False)
 
     # every op exactly once, kernels in mapping order, ops in graph order within a kernel
     placed = [p.name for k in kernels for p in k.ops]
@@ -148,22 +162,77 @@ def test_workload_for_prefill_and_decode():
     assert workload_for("decode", 64, 131072, None) == Workload(64, 1, 131072)
     # SnapStream decode attends to the fixed-size compressed cache
     assert workload_for("decode", 64, 131072, SS) == Workload(64, 1, SS.slots)
+    # with k MTP drafts the main model verifies k + 1 tokens per sequence
+    assert workload_for("decode", 64, 131072, SS, verified=3) == Workload(64, 3, SS.slots)
+    assert workload_for("decode", 64, 131072, SS, verified=3).tokens == 192
 
 
 def test_tiles_prefill_streams_token_tiles_decode_fixed_steps():
     k = KernelSpec(name="k", ops=["x"])
-    assert _tiles(k, Workload(1, 8192, 8192), "prefill") == (4, DEFAULT_TILE_TOKENS)
-    assert _tiles(k, Workload(1, 100, 100), "prefill") == (1, DEFAULT_TILE_TOKENS)
+    prefill = CompileContext(hardware(), "prefill", 2048)
+    assert _tiles(k, Workload(1, 8192, 8192), prefill) == (4, 2048)
+    assert _tiles(k, Workload(1, 100, 100), prefill) == (1, 2048)
     k2 = KernelSpec(name="k", ops=["x"], tiling=Tiling(tile_tokens=1000))
-    assert _tiles(k2, Workload(1, 8192, 8192), "prefill") == (9, 1000)
-    assert _tiles(k, Workload(32, 1, 8192), "decode") == (64, 32)
+    assert _tiles(k2, Workload(1, 8192, 8192), prefill) == (9, 1000)
+    decode = CompileContext(hardware(), "decode", 2048)
+    assert _tiles(k, Workload(32, 1, 8192), decode) == (64, 32)
+    assert _tiles(k, Workload(32, 3, 8192), decode) == (64, 96)
+
+
+def pow2_floor(x: int) -> int:
+    p = 1
+    while 2 * p <= x:
+        p *= 2
+    return p
+
+
+@pytest.mark.parametrize(("model", "hidden"), [("deepseek-r1", 7168), ("llama-3.1-8b", 4096)])
+def test_prefill_tile_rows_are_what_one_pmu_holds(model, hidden):
+    cfg = load_model_config(REPO / "models" / f"{model}.yaml")
+    assert cfg.hidden_size == hidden
+    pmu = hardware().socket.pmu_bytes
+    rows = pow2_floor(pmu // (hidden * 2))  # BF16 rows of the hidden state
+    assert prefill_tile_tokens(hidden, 2, pmu) == rows
+    if model == "deepseek-r1":
+        assert rows == R1_TILE_ROWS == 32
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    hidden=st.integers(1, 1 << 16),
+    act=st.sampled_from([0.5, 1.0, 2.0, 4.0]),
+    pmu=st.integers(1, 1 << 22),
+)
+def test_prefill_tile_rows_fill_a_pmu_by_powers_of_two(hidden, act, pmu):
+    rows = prefill_tile_tokens(hidden, act, pmu)
+    assert rows >= 1 and rows & (rows - 1) == 0
+    if hidden * act <= pmu:
+        # the tile fits the PMU, and twice as many rows would not
+        assert rows * hidden * act <= pmu < 2 * rows * hidden * act
+    else:
+        assert rows == 1  # a row wider than a PMU still streams one row at a time
+
+
+@pytest.mark.parametrize(
+    ("mapping", "hidden"), [("r1_prefill.yaml", 7168), ("llama31_8b_prefill.yaml", 4096)]
+)
+def test_prefill_kernels_stream_hardware_sized_tiles(mapping, hidden):
+    prog = compile_mapping(load_mapping(MAPPINGS / mapping))
+    rows = pow2_floor(hardware().socket.pmu_bytes // (hidden * 2))
+    assert prog.workload.tokens == 131072
+    for lp in prog.layers.values():
+        for k in lp.kernels:
+            assert (k.tiles, k.tile_tokens) == (math.ceil(131072 / rows), rows), k.name
+    if mapping.startswith("r1"):
+        assert {(k.tiles, k.tile_tokens) for k in prog.layers["moe"].kernels} == {(4096, 32)}
 
 
 def test_kernel_tile_tokens_never_exceed_the_tokens():
     graph, kind, _, phase = case("llama-3.1-8b:dense:prefill")
     wl = workload_for("prefill", 1, 1024, SS)
     fused = fuse(graph, [KernelSpec(name="all", ops=["*"], sharding=Sharding(tp=16))], kind)
-    (k,) = build_kernels(graph, fused, kind, wl, hardware(), phase)
+    ctx = CompileContext(hardware(), phase, 2048)
+    (k,) = build_kernels(graph, fused, kind, wl, ctx)
     assert k.tile_tokens == 1024
     assert k.tiles == 1
 
@@ -186,13 +255,109 @@ def test_prefill_program_layers_and_extras():
     assert prog.sram_peak_bytes <= 520e6
 
 
-def test_decode_program_maps_the_mtp_layer_like_moe_layers():
+def test_decode_program_verifies_the_mtp_drafts():
     rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["batch=16", "seq_len=8192"])
+    assert (rm.spec.mtp.draft_tokens, rm.spec.mtp.acceptance) == (2, 0.8)
     prog = compile_mapping(rm)
-    assert set(prog.extras) == {"embedding", "head", "mtp0_proj", "mtp0_layer"}
+    # the main model checks the token and its 2 drafts for every sequence
+    assert prog.kv_len == 2048 and prog.workload == Workload(16, 2 + 1, 2048)
+    assert prog.tokens_per_step == pytest.approx(1 + 0.8 + 0.8**2, rel=1e-15)
+    assert (prog.mtp_mode, prog.draft_tokens) == ("verify", 2)
+    assert set(prog.extras) == {
+        "embedding",
+        "head",
+        "mtp0_proj",
+        "mtp0_layer",
+        "mtp_embedding",
+        "mtp_head",
+    }
+    # the MTP module drafts one token per sequence a run, 2 runs in a row, each embedding the
+    # token it extends and reading logits for the next
+    for name in ("mtp0_proj", "mtp0_layer", "mtp_embedding", "mtp_head"):
+        lp = prog.extras[name]
+        assert lp.runs == 2 and lp.executions == 2, name
+        assert lp.workload == Workload(16, 1, 2048), name
+    # the main model's embedding and LM head see all verified tokens, once
+    for name in ("embedding", "head"):
+        assert prog.extras[name].runs == 1 and prog.extras[name].workload == prog.workload
+    # the MTP module's decoder layer is mapped like the MoE layers
     assert [k.name for k in prog.extras["mtp0_layer"].kernels] == ["MLA", "FFN"]
-    assert prog.kv_len == 2048 and prog.workload == Workload(16, 1, 2048)
-    assert prog.tokens_per_step == 2.4
+    assert all(lp.runs == 1 for lp in prog.layers.values())
+
+
+def test_scaled_mtp_deploys_the_module_without_running_it():
+    sets = ["batch=16", "seq_len=8192", "mtp.draft_tokens=0"]
+    scaled = compile_mapping(
+        load_mapping(
+            MAPPINGS / "r1_decode.yaml", [*sets, "mtp.mode=scaled", "mtp.tokens_per_step=2.4"]
+        )
+    )
+    plain = compile_mapping(load_mapping(MAPPINGS / "r1_decode.yaml", sets))
+    assert scaled.workload == plain.workload == Workload(16, 1, 2048)
+    assert scaled.tokens_per_step == 2.4 and plain.tokens_per_step == 1.0
+    assert scaled.mtp_mode == "scaled"
+    assert set(scaled.extras) == {"embedding", "head", "mtp0_proj", "mtp0_layer"}
+    assert set(plain.extras) == {"embedding", "head"}
+    assert scaled.extras["mtp0_proj"].runs == scaled.extras["mtp0_layer"].runs == 0
+    assert scaled.extras["mtp0_layer"].executions == 0
+    # its weights and its layer's cache stay in HBM: 62 cached layers instead of 61
+    assert scaled.hbm.kv_cache == pytest.approx(plain.hbm.kv_cache * 62 / 61, rel=1e-12)
+    assert scaled.hbm.kv_cache == pytest.approx(62 * 16 * 2048 * 1152 / 16, rel=1e-12)
+
+    def shard(lp):
+        return sum(p.weight_bytes for k in lp.kernels for p in k.ops)
+
+    mtp_layer, moe_layer = scaled.extras["mtp0_layer"], scaled.layers["moe"]
+    assert shard(mtp_layer) == shard(moe_layer)  # the same MoE layer, mapped the same way
+    # eh_proj (2 x 7168 -> 7168, FP8) split 16 ways, two BF16 norms of 7168 whole
+    assert shard(scaled.extras["mtp0_proj"]) == 2 * 7168 * 7168 / 16 + 2 * 7168 * 2
+    added = shard(scaled.extras["mtp0_proj"]) + shard(mtp_layer)
+    assert scaled.hbm.weights - plain.hbm.weights == pytest.approx(added, rel=1e-12)
+
+
+def test_kernel_calls_per_step():
+    graph, kind, wl, _ = case("deepseek-r1:moe:decode")
+    two = [Kernel("A", []), Kernel("B", [])]
+    assert LayerProgram(kind, 58, graph, two, wl).calls == 58 * 2
+    assert LayerProgram(kind, 58, graph, two, wl, runs=3).calls == 3 * 58 * 2
+    assert LayerProgram(kind, 58, graph, two, wl, runs=3).executions == 3 * 58
+    # a looped kind is one call per kernel and run, whatever its layer count
+    looped = LayerProgram(kind, 58, graph, two[:1], wl, runs=2, looped=True)
+    assert (looped.calls, looped.executions) == (2, 2 * 58)
+    assert LayerProgram(kind, 1, graph, two, wl, runs=0).calls == 0
+
+
+def test_kernel_looping_runs_a_one_kernel_layer_as_one_call():
+    prog = compile_mapping(load_mapping(MAPPINGS / "llama31_8b_decode.yaml"))
+    (lp,) = prog.layers.values()
+    assert lp.kind == "dense" and [k.name for k in lp.kernels] == ["Decoder"]
+    assert lp.looped and lp.count == 32
+    assert (lp.calls, lp.executions) == (1, 32)
+    assert prog.orchestration == "hardware"
+    # the embedding and the head are not looped: one call per kernel
+    for extra in prog.extras.values():
+        assert not extra.looped and extra.calls == len(extra.kernels)
+    unlooped = compile_mapping(
+        load_mapping(MAPPINGS / "llama31_8b_decode.yaml", ["kernel_looping=false"])
+    )
+    assert not unlooped.layers["dense"].looped and unlooped.layers["dense"].calls == 32
+
+
+def test_kernel_looping_needs_one_kernel_per_layer(r1_mapping):
+    path, text = r1_mapping(
+        ("orchestration: software\n", "orchestration: software\nkernel_looping: true\n")
+    )
+    with pytest.raises(SpecError) as info:
+        compile_mapping(load_mapping(path, ["seq_len=8192"]))
+    err = info.value
+    assert err.key == "kernel_looping" and err.file == str(path)
+    assert err.line == text.splitlines().index("kernel_looping: true") + 1
+    assert "kernel_looping" in (err.fix or "")
+    # names the layer kind and its kernels
+    kernels = ["QKV", "Streaming Ring Buffer", "SnapKV Compression", "MHA", "Output Proj"]
+    assert "dense" in err.problem or "moe" in err.problem
+    for name in kernels:
+        assert name in err.problem, name
 
 
 def test_batch_max_must_be_resolved_first():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rdusim.compiler.compile import build_kernels, compile_mapping, workload_for
+from rdusim.compiler.compile import CompileContext, build_kernels, compile_mapping, workload_for
 from rdusim.compiler.fusion import fuse
 from rdusim.compiler.memory import (
     RESIDENT_WEIGHT_BYTES,
@@ -26,6 +26,7 @@ from rdusim.spec.mapping import KernelSpec, Sharding, Tiling, load_mapping
 
 MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
 HW = load_hardware("sn40l-16")
+TILE_TOKENS = 32  # prefill rows a 500 kB PMU holds of R1's 7168-wide BF16 hidden state
 
 
 # --------------------------------------------------------------------------------------------
@@ -47,6 +48,35 @@ def test_r1_decode_kv_cache_per_socket(r1_decode_64, r1):
     expected = sequences * kv_len * per_layer * layers
     assert expected == pytest.approx(4 * 32768 * 70272 * 62 / 61, rel=1e-15)
     assert r1_decode_64.hbm.kv_cache == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 4, 8, 16, 32])
+def test_r1_decode_kv_cache_follows_split_kv(batch):
+    # attention dp16 on fewer sequences than sockets: dp over what the batch fills, each
+    # sequence's positions spread over the rest; either way a socket holds 1/16 of the batch's
+    # cache when the groups divide the batch (powers of two here)
+    prog = compile_mapping(load_mapping(MAPPINGS / "r1_decode.yaml", [f"batch={batch}"]))
+    layers = 61 + 1  # main layers + the MTP layer
+    expected = layers * batch * (131072 // 4) * 1152 / 16
+    assert prog.hbm.kv_cache == pytest.approx(expected, rel=1e-12)
+
+
+def test_llama_decode_kv_cache_at_batch_one():
+    prog = compile_mapping(load_mapping(MAPPINGS / "llama31_8b_decode.yaml", ["batch=1"]))
+    per_token = 2 * 8 * 128 * 2  # K and V of 8 KV heads of 128, BF16
+    assert prog.hbm.kv_cache == pytest.approx(32 * 8192 * per_token / 16, rel=1e-12)
+
+
+def test_head_split_below_the_node_shrinks_the_weight_shards():
+    def weights(batch: int) -> float:
+        rm = load_mapping(MAPPINGS / "r1_decode.yaml", [f"batch={batch}"])
+        return compile_mapping(rm).hbm.weights
+
+    # q_absorb and v_absorb (128 heads x 128 x 512, FP8) go from whole copies (dp16) to tp16
+    # shards in all 62 layers that map them (3 dense, 58 MoE, the MTP layer)
+    absorb = 128 * 128 * 512
+    assert weights(16) - weights(1) == pytest.approx(62 * 2 * absorb * 15 / 16, rel=1e-12)
+    assert weights(4) == weights(1)
 
 
 def test_r1_decode_weights_and_budget(r1_decode_64):
@@ -105,8 +135,9 @@ def layer_program(graph, kind, phase, wl, overrides=None):
         sharding=Sharding(tp=16),
         overrides={k: Sharding(**v) for k, v in (overrides or {}).items()},
     )
-    kernels = build_kernels(graph, fuse(graph, [spec], kind), kind, wl, HW, phase, check=False)
-    return LayerProgram(kind, 1, graph, kernels)
+    ctx = CompileContext(HW, phase, TILE_TOKENS)
+    kernels = build_kernels(graph, fuse(graph, [spec], kind), kind, wl, ctx, check=False)
+    return LayerProgram(kind, 1, graph, kernels, wl)
 
 
 def test_kv_share_by_attention_split(r1, llama8b):
@@ -122,6 +153,15 @@ def test_kv_share_by_attention_split(r1, llama8b):
     # GQA: a socket holds whole KV heads, so Llama-8B's 8 KV heads split at most 8 ways
     assert llama8b.num_key_value_heads == 8
     assert kv_share(layer_program(gl, "dense", "decode", wl), 16, wl) == 1 / 8
+    # split-KV: one sequence spread over 16 sockets, or 4 groups of 4 sockets
+    one = workload_for("decode", 1, 8192, None)
+    assert kv_share(layer_program(g, "moe", "decode", one, {"attention": {"dp": 16}}), 16, one) == (
+        1 / 16
+    )
+    dpsp = layer_program(g, "moe", "decode", wl, {"attention": {"dp": 4, "sp": 4}})
+    assert kv_share(dpsp, 16, wl) == 5 / 20 / 4
+    sp = layer_program(g, "moe", "decode", wl, {"attention": {"sp": 16}})
+    assert kv_share(sp, 16, wl) == 1 / 16
 
 
 def test_cache_bytes_count_the_cache_once(r1):
@@ -157,7 +197,8 @@ def mha_kernel(r1, kv_block=None, tile_tokens=None):
         KernelSpec(name="B", ops=rest[cut:], sharding=Sharding(tp=16)),
     ]
     wl = workload_for("prefill", 1, 32768, None)
-    return build_kernels(g, fuse(g, specs, "moe"), "moe", wl, HW, "prefill", check=False)[1]
+    ctx = CompileContext(HW, "prefill", TILE_TOKENS)
+    return build_kernels(g, fuse(g, specs, "moe"), "moe", wl, ctx, check=False)[1]
 
 
 def test_kernel_sram_is_the_sum_of_its_ops(r1):

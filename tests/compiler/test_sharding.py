@@ -1,56 +1,34 @@
-"""Sharding: collective volumes, layouts, the collectives a layout change needs, and per-socket
-work under tp, dp and ep."""
+"""Sharding: layouts, the collectives a layout change needs, per-socket work under tp, dp, ep and
+split-KV (sp), and the small-batch rule for data-parallel decode ops.
+
+Collective costs themselves are tested in test_collectives.py; here the expected volumes and
+rounds are the closed forms of the direct (fully-connected) and ring algorithms.
+"""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rdusim.compiler.compile import build_kernels, workload_for
+from rdusim.compiler.collectives import Topology
+from rdusim.compiler.compile import CompileContext, build_kernels, compile_mapping, workload_for
 from rdusim.compiler.fusion import fuse
-from rdusim.compiler.sharding import collective_cost, resolve_sharding, shard
+from rdusim.compiler.sharding import ShardContext, cache_share, resolve_sharding, shard
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
 from rdusim.ir.builders import deepseek, llama
 from rdusim.ir.graph import TensorKind
 from rdusim.spec.hardware import load_hardware
-from rdusim.spec.mapping import KernelSpec, Sharding
+from rdusim.spec.mapping import KernelSpec, Sharding, load_mapping
 
 HW = load_hardware("sn40l-16")
-X = 3.0e6  # bytes of the whole tensor
-
-
-# --------------------------------------------------------------------------------------------
-# collective volumes and steps
-
-
-@pytest.mark.parametrize("d", [2, 4, 8, 16])
-def test_collective_volumes_and_steps(d):
-    hops = int(math.log2(d))
-    assert collective_cost("all-reduce", X, d) == pytest.approx((2 * X * (d - 1) / d, 2 * hops))
-    assert collective_cost("all-gather", X, d) == pytest.approx((X * (d - 1) / d, hops))
-    assert collective_cost("reduce-scatter", X, d) == pytest.approx((X * (d - 1) / d, hops))
-    assert collective_cost("all-to-all", X, d) == pytest.approx((X * (d - 1) / d**2, d - 1))
-
-
-def test_collective_steps_round_up_for_other_degrees():
-    assert collective_cost("all-gather", X, 6)[1] == 3
-    assert collective_cost("all-reduce", X, 3)[1] == 4
-
-
-def test_one_socket_moves_nothing():
-    for kind in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
-        assert collective_cost(kind, X, 1) == (0.0, 0)
-
-
-def test_unknown_collective():
-    with pytest.raises(ValueError):
-        collective_cost("broadcast", X, 4)
-
-
-# --------------------------------------------------------------------------------------------
-# layouts and the collectives between them
+REPO = Path(__file__).resolve().parents[2]
+MLA_CACHE_BYTES = (512 + 64) * 2  # R1: latent + rope key per token and layer, BF16
+KV_LEN = 8192
 
 
 def one_kernel(graph, kind, sharding=None, overrides=None):
@@ -64,40 +42,67 @@ def one_kernel(graph, kind, sharding=None, overrides=None):
     return fuse(graph, [spec], kind)
 
 
+def ctx(wl, prefill, topology=Topology.FULLY_CONNECTED, sockets=16):
+    return ShardContext(workload=wl, sockets=sockets, prefill=prefill, topology=topology)
+
+
+def run(graph, kind, wl, prefill, sharding=None, overrides=None, **kw):
+    return shard(graph, one_kernel(graph, kind, sharding, overrides), kind, ctx(wl, prefill, **kw))
+
+
 def collectives_of(layer, tensor):
     return [c for c in layer.collectives if c.tensor == tensor]
 
 
-def test_row_parallel_o_proj_then_token_op_prefill_reduce_scatters(r1):
+# rounds of one phase (reduce-scatter or all-gather) over 16 sockets: a single round of direct
+# sends when every pair of sockets is linked, d - 1 = 15 hops around a ring
+PHASE_ROUNDS = {Topology.FULLY_CONNECTED: 1, Topology.RING: 15}
+
+
+@pytest.fixture(scope="module")
+def r1_decode_moe(r1):
+    return deepseek.build_layer(r1, "moe", "decode")
+
+
+# --------------------------------------------------------------------------------------------
+# layouts and the collectives between them
+
+
+@pytest.mark.parametrize("topology", list(Topology))
+def test_row_parallel_o_proj_then_token_op_prefill_reduce_scatters(r1, topology):
     g = deepseek.build_layer(r1, "dense", "prefill")
     wl = workload_for("prefill", 1, 4096, None)
-    layer = shard(g, one_kernel(g, "dense"), "dense", wl, 16, {})
+    layer = run(g, "dense", wl, True, topology=topology)
     (out,) = g.ops["o_proj"].outputs
     assert layer.layouts[out] == "P"
     (c,) = collectives_of(layer, out)
     assert (c.kind, c.src, c.dst) == ("reduce-scatter", "o_proj", "attn_residual")
-    assert (c.bytes, c.steps) == collective_cost(
-        "reduce-scatter", g.tensors[out].nbytes(wl.env()), 16
-    )
+    # each socket sends the 15 slices of its addend that other sockets own
+    n = 4096 * 7168 * 2
+    assert c.bytes == pytest.approx(15 / 16 * n, rel=1e-12)
+    assert c.rounds == PHASE_ROUNDS[topology]
     # sequence parallel: the residual stream is split by tokens
     assert layer.ops["attn_residual"].out_layout == "T"
 
 
-def test_row_parallel_o_proj_then_token_op_decode_all_reduces(r1):
+@pytest.mark.parametrize("topology", list(Topology))
+def test_row_parallel_o_proj_then_token_op_decode_all_reduces(r1, topology):
     g = deepseek.build_layer(r1, "dense", "decode")
-    wl = workload_for("decode", 16, 8192, None)
-    layer = shard(g, one_kernel(g, "dense"), "dense", wl, 16, {})
+    wl = workload_for("decode", 16, KV_LEN, None)
+    layer = run(g, "dense", wl, False, topology=topology)
     (out,) = g.ops["o_proj"].outputs
     (c,) = collectives_of(layer, out)
     assert (c.kind, c.src, c.dst) == ("all-reduce", "o_proj", "attn_residual")
-    assert (c.bytes, c.steps) == collective_cost("all-reduce", g.tensors[out].nbytes(wl.env()), 16)
+    # reduce-scatter then all-gather: twice the bytes and the rounds of one phase
+    n = 16 * 7168 * 2
+    assert c.bytes == pytest.approx(2 * 15 / 16 * n, rel=1e-12)
+    assert c.rounds == 2 * PHASE_ROUNDS[topology]
     assert layer.ops["attn_residual"].out_layout == "R"
 
 
 def test_layouts_follow_each_ops_split(llama8b):
     g = llama.build_layer(llama8b, "dense", "prefill")
-    wl = workload_for("prefill", 1, 4096, None)
-    layer = shard(g, one_kernel(g, "dense"), "dense", wl, 16, {})
+    layer = run(g, "dense", workload_for("prefill", 1, 4096, None), True)
     ops = layer.ops
     assert ops["q_proj"].in_layouts == ("R",) and ops["q_proj"].out_layout == "F"  # column
     assert ops["rope_q"].out_layout == "F"  # local: keeps its input's split
@@ -118,12 +123,12 @@ def test_layouts_follow_each_ops_split(llama8b):
 def test_a_replicated_layer_needs_no_collectives(llama8b):
     g = llama.build_layer(llama8b, "dense", "prefill")
     wl = workload_for("prefill", 1, 4096, None)
-    layer = shard(g, one_kernel(g, "dense", sharding={}), "dense", wl, 16, {})
+    layer = run(g, "dense", wl, True, sharding={})
     assert layer.collectives == []
     assert set(layer.layouts.values()) == {"R"}
     for op in g:
         p = layer.ops[op.name]
-        assert (p.strategy, p.degree) == ("replicate", 1)
+        assert (p.strategy, p.degree, p.sharding_label) == ("replicate", 1, "replicate")
         assert p.flops == costs.flops(op, g, wl)
         assert p.weight_bytes == op.weight_bytes()
 
@@ -140,7 +145,8 @@ def test_a_collective_runs_in_its_producers_kernel(r1):
         ],
         "dense",
     )
-    a, b = build_kernels(g, fused, "dense", workload_for("decode", 16, 8192, None), HW, "decode")
+    wl = workload_for("decode", 16, KV_LEN, None)
+    a, b = build_kernels(g, fused, "dense", wl, CompileContext(HW, "decode", 32))
     assert ("all-reduce", "o_proj") in [(c.kind, c.src) for c in a.collectives]
     assert all(c.src != "o_proj" for c in b.collectives)
 
@@ -149,13 +155,17 @@ def test_a_collective_runs_in_its_producers_kernel(r1):
 # per-socket work
 
 
-def test_decode_token_ops_are_replicated_under_tp(r1):
-    g = deepseek.build_layer(r1, "moe", "decode")
-    wl = workload_for("decode", 16, 8192, None)
-    layer = shard(g, one_kernel(g, "moe"), "moe", wl, 16, {})
+@pytest.mark.parametrize("verified", [1, 3])
+def test_decode_token_ops_are_replicated_under_tp(r1_decode_moe, verified):
+    # also with several verified tokens per sequence (MTP): decode never splits the sequence
+    g = r1_decode_moe
+    wl = workload_for("decode", 16, KV_LEN, None, verified)
+    assert wl.seq == verified
+    layer = run(g, "moe", wl, False)
     norm = layer.ops["attn_norm"]  # token-wise, with a weight
     assert norm.flops == norm.full_flops
     assert norm.weight_bytes == g.ops["attn_norm"].weight_bytes()
+    assert norm.out_layout == "R"
     up = layer.ops["experts_up_proj"]  # column
     assert up.flops == pytest.approx(up.full_flops / 16)
     assert up.weight_bytes == pytest.approx(g.ops["experts_up_proj"].weight_bytes() / 16)
@@ -163,66 +173,196 @@ def test_decode_token_ops_are_replicated_under_tp(r1):
 
 def test_prefill_token_ops_are_sequence_parallel_with_whole_weights(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    wl = workload_for("prefill", 1, 4096, None)
-    layer = shard(g, one_kernel(g, "moe"), "moe", wl, 16, {})
+    layer = run(g, "moe", workload_for("prefill", 1, 4096, None), True)
     gate = layer.ops["router_gate"]  # a token-wise GEMM: every socket keeps the gate weights
     assert gate.flops == pytest.approx(gate.full_flops / 16)
     assert gate.weight_bytes == g.ops["router_gate"].weight_bytes()
+    assert gate.out_layout == "T"
 
 
-def test_dp_attention_splits_the_batch_rounding_up(r1):
-    g = deepseek.build_layer(r1, "moe", "decode")
-    for batch, per_socket in ((32, 2), (20, 2), (8, 1)):
-        wl = workload_for("decode", batch, 8192, None)
-        layer = shard(
-            g, one_kernel(g, "moe", overrides={"attention": {"dp": 16}}), "moe", wl, 16, {}
-        )
-        p = layer.ops["attention"]
-        assert (p.strategy, p.degree, p.out_layout) == ("dp", 16, "T")
-        assert p.flops == pytest.approx(p.full_flops * per_socket / batch)
+@pytest.mark.parametrize(("batch", "per_socket"), [(32, 2), (20, 2), (16, 1)])
+def test_dp_attention_splits_the_batch_rounding_up(r1_decode_moe, batch, per_socket):
+    g = r1_decode_moe
+    wl = workload_for("decode", batch, KV_LEN, None)
+    layer = run(g, "moe", wl, False, overrides={"attention": {"dp": 16}})
+    p = layer.ops["attention"]
+    assert (p.strategy, p.degree, p.seq_split, p.out_layout) == ("dp", 16, 1, "T")
+    assert p.sharding_label == "dp16"
+    assert p.flops == pytest.approx(p.full_flops * per_socket / batch)
+    assert p.hbm_read == pytest.approx(per_socket * KV_LEN * MLA_CACHE_BYTES, rel=1e-12)
 
 
-def test_ep_splits_routed_experts(r1):
-    g = deepseek.build_layer(r1, "moe", "decode")
-    wl = workload_for("decode", 16, 8192, None)
+def test_ep_splits_routed_experts_over_sockets(r1_decode_moe):
+    g = r1_decode_moe
+    wl = workload_for("decode", 16, KV_LEN, None)
     overrides = {"experts_up_proj": {"ep": 16}, "experts_down_proj": {"ep": 16}}
-    layer = shard(g, one_kernel(g, "moe", overrides=overrides), "moe", wl, 16, {})
+    layer = run(g, "moe", wl, False, overrides=overrides)
     for name in ("experts_up_proj", "experts_down_proj"):
         p = layer.ops[name]
-        assert (p.strategy, p.degree) == ("ep", 16)
+        assert (p.strategy, p.degree, p.sharding_label) == ("ep", 16, "ep16")
         assert p.weight_bytes == pytest.approx(g.ops[name].weight_bytes() / 16)
-        assert p.flops == pytest.approx(p.full_flops / 16)
+        # the busiest socket does at least the mean share and streams at most its own experts
+        # (the expectations themselves are checked in test_experts.py)
+        assert p.full_flops / 16 <= p.flops < p.full_flops
+        assert 0 < p.weight_read_bytes <= p.weight_bytes
 
 
-def test_overrides_first_matching_pattern_wins(r1):
-    g = deepseek.build_layer(r1, "moe", "decode")
+def test_overrides_first_matching_pattern_wins(r1_decode_moe):
     spec = KernelSpec(
         name="k",
         ops=["*"],
         sharding=Sharding(tp=16),
         overrides={"attention": Sharding(dp=16), "att*": Sharding(tp=8)},
     )
-    (fk,) = fuse(g, [spec], "moe")
+    (fk,) = fuse(r1_decode_moe, [spec], "moe")
     assert resolve_sharding(fk, "attention", "moe").strategy == "dp"
     sh = resolve_sharding(fk, "o_proj", "moe")
     assert (sh.strategy, sh.degree, sh.path) == ("tp", 16, ("kernels", "moe", 0, "sharding", "tp"))
+
+
+def test_dp_with_sp_resolves_to_both_splits(r1_decode_moe):
+    spec = KernelSpec(
+        name="k", ops=["*"], sharding=Sharding(tp=16), overrides={"attention": {"dp": 4, "sp": 4}}
+    )
+    (fk,) = fuse(r1_decode_moe, [spec], "moe")
+    sh = resolve_sharding(fk, "attention", "moe")
+    assert (sh.strategy, sh.degree, sh.seq_split) == ("dp", 4, 4)
+    assert sh.path == ("kernels", "moe", 0, "overrides", "attention", "dp")
+
+
+# --------------------------------------------------------------------------------------------
+# small batches: split-KV attention and head-split per-head ops
+
+# (batch, dp, sp) for `attention: {dp: 16}` on 16 sockets: dp keeps the largest divisor of 16
+# the batch fills, each sequence's cache is spread over the 16 / dp sockets left
+SMALL_BATCH = [(1, 1, 16), (2, 2, 8), (3, 2, 8), (4, 4, 4), (5, 4, 4), (8, 8, 2), (12, 8, 2)]
+FULL_BATCH = [(16, 16, 1), (20, 16, 1), (64, 16, 1), (256, 16, 1)]
+DP16 = {"q_absorb": {"dp": 16}, "attention": {"dp": 16}, "v_absorb": {"dp": 16}}
+
+
+@pytest.mark.parametrize(("batch", "dp", "sp"), SMALL_BATCH + FULL_BATCH)
+def test_small_batch_decode_attention_splits_the_cache(r1_decode_moe, batch, dp, sp):
+    wl = workload_for("decode", batch, KV_LEN, None)
+    layer = run(r1_decode_moe, "moe", wl, False, overrides=DP16)
+    p = layer.ops["attention"]
+    assert (p.strategy, p.degree, p.seq_split) == ("dp", dp, sp)
+    if dp > 1:
+        assert p.sharding_label == (f"dp{dp}xsp{sp}" if sp > 1 else f"dp{dp}")
+    # a socket keeps ceil(batch / dp) sequences, 1/sp of each one's cached positions
+    sequences = math.ceil(batch / dp)
+    cache = sequences * KV_LEN * MLA_CACHE_BYTES / sp
+    assert p.hbm_read == pytest.approx(cache, rel=1e-12)
+    assert p.flops == pytest.approx(p.full_flops * sequences / batch / sp, rel=1e-12)
+    if batch in (1, 4):
+        # the brief's closed form: batch x kv_len x 1152 bytes / 16
+        assert p.hbm_read == pytest.approx(batch * KV_LEN * 1152 / 16, rel=1e-12)
+    # split-KV ends with partial results to combine; dp alone with each socket's sequences
+    assert p.out_layout == ("P" if sp > 1 else "T")
+
+
+def test_split_kv_partials_are_reduced_for_the_head_split_output(r1_decode_moe):
+    wl = workload_for("decode", 1, KV_LEN, None)
+    layer = run(r1_decode_moe, "moe", wl, False, overrides=DP16)
+    (out,) = r1_decode_moe.ops["attention"].outputs
+    (c,) = collectives_of(layer, out)
+    # v_absorb splits the heads (tp16): each socket keeps its heads' sum of the 16 partials
+    assert (c.kind, c.src, c.dst) == ("reduce-scatter", "attention", "v_absorb")
+    n = 1 * 1 * 128 * 512 * 2  # one token, 128 heads of the 512-wide latent, BF16
+    assert c.bytes == pytest.approx(15 / 16 * n, rel=1e-12)
+    assert c.rounds == 1
+
+
+@pytest.mark.parametrize("batch", [1, 2, 4, 8, 15])
+def test_per_head_ops_switch_to_tp_below_the_node(r1_decode_moe, batch):
+    wl = workload_for("decode", batch, KV_LEN, None)
+    layer = run(r1_decode_moe, "moe", wl, False, overrides=DP16)
+    for name in ("q_absorb", "v_absorb"):
+        p = layer.ops[name]
+        assert (p.strategy, p.degree, p.seq_split, p.sharding_label) == ("tp", 16, 1, "tp16")
+        # 128 heads of a 128 x 512 matrix in FP8, split 16 ways
+        assert p.weight_bytes == pytest.approx(128 * 128 * 512 / 16, rel=1e-12)
+        assert p.flops == pytest.approx(p.full_flops / 16, rel=1e-12)
+
+
+@pytest.mark.parametrize("batch", [16, 17, 64])
+def test_per_head_ops_stay_data_parallel_from_the_node_size(r1_decode_moe, batch):
+    wl = workload_for("decode", batch, KV_LEN, None)
+    layer = run(r1_decode_moe, "moe", wl, False, overrides=DP16)
+    for name in ("q_absorb", "v_absorb"):
+        p = layer.ops[name]
+        assert (p.strategy, p.degree, p.sharding_label) == ("dp", 16, "dp16")
+        assert p.weight_bytes == 128 * 128 * 512  # whole weights on every socket
+
+
+@pytest.mark.parametrize(("batch", "sequences"), [(16, 4), (2, 1), (1, 1)])
+def test_explicit_dp_with_sp_is_kept(r1_decode_moe, batch, sequences):
+    wl = workload_for("decode", batch, KV_LEN, None)
+    layer = run(r1_decode_moe, "moe", wl, False, overrides={"attention": {"dp": 4, "sp": 4}})
+    p = layer.ops["attention"]
+    assert (p.strategy, p.degree, p.seq_split, p.sharding_label) == ("dp", 4, 4, "dp4xsp4")
+    assert p.hbm_read == pytest.approx(sequences * KV_LEN * MLA_CACHE_BYTES / 4, rel=1e-12)
+
+
+def test_pure_sp_splits_every_sequence(r1_decode_moe):
+    wl = workload_for("decode", 16, KV_LEN, None)
+    layer = run(r1_decode_moe, "moe", wl, False, overrides={"attention": {"sp": 16}})
+    p = layer.ops["attention"]
+    assert (p.strategy, p.degree, p.sharding_label, p.out_layout) == ("sp", 16, "sp16", "P")
+    assert p.hbm_read == pytest.approx(16 * KV_LEN * MLA_CACHE_BYTES / 16, rel=1e-12)
+    assert p.flops == pytest.approx(p.full_flops / 16, rel=1e-12)
+
+
+def test_gqa_decode_attention_splits_the_cache_at_batch_one(llama8b):
+    g = llama.build_layer(llama8b, "dense", "decode")
+    wl = workload_for("decode", 1, KV_LEN, None)
+    layer = run(g, "dense", wl, False, overrides={"attention": {"dp": 16}})
+    p = layer.ops["attention"]
+    assert (p.strategy, p.degree, p.seq_split) == ("dp", 1, 16)
+    per_token = 2 * 8 * 128 * 2  # K and V, 8 KV heads of 128, BF16
+    assert p.hbm_read == pytest.approx(KV_LEN * per_token / 16, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 80))
+def test_dp16_attention_uses_every_socket_and_covers_the_cache(r1_decode_moe, batch):
+    wl = workload_for("decode", batch, KV_LEN, None)
+    p = run(r1_decode_moe, "moe", wl, False, overrides=DP16).ops["attention"]
+    assert p.degree * p.seq_split == 16
+    assert p.degree <= batch
+    whole = batch * KV_LEN * MLA_CACHE_BYTES
+    # 16 sockets together read at least the whole cache, exactly when the groups divide the batch
+    assert 16 * p.hbm_read >= whole * (1 - 1e-12)
+    if batch % p.degree == 0:
+        assert 16 * p.hbm_read == pytest.approx(whole, rel=1e-12)
+
+
+def test_cache_share_closed_forms(r1_decode_moe, llama8b):
+    mla = r1_decode_moe.ops["attention"]
+    gqa = llama.build_layer(llama8b, "dense", "decode").ops["attention"]
+    assert cache_share(mla, "dp", 16, 20) == 2 / 20
+    assert cache_share(mla, "dp", 4, 16, seq_split=4) == 4 / 16 / 4
+    assert cache_share(mla, "dp", 1, 1, seq_split=16) == 1 / 16
+    assert cache_share(mla, "sp", 16, 3) == 1 / 16
+    assert cache_share(mla, "tp", 16, 3) == 1.0  # all heads share the latent
+    assert cache_share(gqa, "tp", 16, 3) == 1 / 8  # whole KV heads: at most 8 ways
+    assert cache_share(gqa, "tp", 4, 3) == 1 / 4
+    assert cache_share(mla, "replicate", 1, 3) == 1.0
 
 
 # --------------------------------------------------------------------------------------------
 # invalid shardings
 
 
-def shard_error(graph, kind, wl, sharding=None, overrides=None, sockets=16) -> SpecError:
+def shard_error(graph, kind, wl, prefill, sharding=None, overrides=None, sockets=16) -> SpecError:
     with pytest.raises(SpecError) as info:
-        shard(graph, one_kernel(graph, kind, sharding, overrides), kind, wl, sockets, {})
+        run(graph, kind, wl, prefill, sharding, overrides, sockets=sockets)
     return info.value
 
 
 def test_tp_that_does_not_divide_the_heads(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    err = shard_error(
-        g, "moe", workload_for("prefill", 1, 4096, None), overrides={"attention": {"tp": 7}}
-    )
+    wl = workload_for("prefill", 1, 4096, None)
+    err = shard_error(g, "moe", wl, True, overrides={"attention": {"tp": 7}})
     assert "7" in err.problem and "heads" in err.problem and "128" in err.problem
     assert err.key == "kernels.moe[0].overrides.attention.tp"
     assert err.fix
@@ -230,12 +370,53 @@ def test_tp_that_does_not_divide_the_heads(r1):
 
 def test_degree_beyond_the_node(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    err = shard_error(g, "moe", workload_for("prefill", 1, 4096, None), sharding={"tp": 32})
+    err = shard_error(g, "moe", workload_for("prefill", 1, 4096, None), True, sharding={"tp": 32})
     assert "32" in err.problem and "16 sockets" in err.problem
     assert err.key == "kernels.moe[0].sharding.tp"
 
 
-def test_ep_on_an_op_without_experts(r1):
-    g = deepseek.build_layer(r1, "moe", "decode")
-    err = shard_error(g, "moe", workload_for("decode", 16, 8192, None), sharding={"ep": 16})
+def test_dp_times_sp_beyond_the_node(r1_decode_moe):
+    wl = workload_for("decode", 16, KV_LEN, None)
+    err = shard_error(r1_decode_moe, "moe", wl, False, overrides={"attention": {"dp": 8, "sp": 4}})
+    assert "32" in err.problem and "16 sockets" in err.problem
+    assert err.key == "kernels.moe[0].overrides.attention.dp"
+
+
+def test_ep_on_an_op_without_experts(r1_decode_moe):
+    wl = workload_for("decode", 16, KV_LEN, None)
+    err = shard_error(r1_decode_moe, "moe", wl, False, sharding={"ep": 16})
     assert "ep" in err.problem and err.key == "kernels.moe[0].sharding.ep"
+
+
+@pytest.mark.parametrize("op", ["o_proj", "q_absorb", "experts_up_proj"])
+def test_sp_on_an_op_without_a_cache(r1_decode_moe, op):
+    wl = workload_for("decode", 16, KV_LEN, None)
+    err = shard_error(r1_decode_moe, "moe", wl, False, overrides={op: {"sp": 16}})
+    assert "sp" in err.problem and op in err.problem
+    assert err.key == f"kernels.moe[0].overrides.{op}.sp"
+    assert err.fix
+
+
+def test_sp_on_prefill_attention_is_refused(r1):
+    # prefill attention reads this step's keys, not a cache: there is no cache to split
+    g = deepseek.build_layer(r1, "moe", "prefill")
+    wl = workload_for("prefill", 1, 4096, None)
+    err = shard_error(g, "moe", wl, True, overrides={"attention": {"sp": 16}})
+    assert "attention" in err.problem and err.key == "kernels.moe[0].overrides.attention.sp"
+
+
+def test_sp_on_a_non_attention_op_is_located_in_the_mapping(tmp_path):
+    text = (REPO / "mappings" / "r1_decode.yaml").read_text(encoding="utf-8")
+    text = text.replace("../models/", f"{REPO / 'models'}/")
+    old = "        q_absorb: {dp: 16}\n"
+    assert text.count(old) == 2
+    text = text.replace(old, "        q_absorb: {sp: 16}\n", 1)
+    path = tmp_path / "sp_on_q_absorb.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        compile_mapping(load_mapping(path, ["batch=16", "seq_len=8192"]))
+    err = info.value
+    assert err.file == str(path)
+    assert err.line == text.splitlines().index("        q_absorb: {sp: 16}") + 1
+    assert err.key == "kernels.moe[0].overrides.q_absorb.sp"
+    assert "q_absorb" in err.problem

@@ -6,6 +6,8 @@ builder, so a change in a shape or a formula shows up as a number that no longer
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 from rdusim.ir.builders import deepseek
 from rdusim.ir.graph import CostClass, TensorKind, Workload
 from rdusim.ir.ops import bytes_read, bytes_written, flops
-from rdusim.snapstream.config import SnapStreamConfig
+from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 
 # DeepSeek-R1 dimensions, written out independently of the spec file
 H = 7168  # hidden
@@ -350,15 +352,35 @@ def test_snapstream_selection_is_shared_by_all_heads(r1):
 
 
 @settings(max_examples=30, deadline=None)
-@given(L=st.integers(SS.sink + SS.recent + 1, 1 << 17), b=st.integers(1, 4))
-def test_snapkv_score_recompute_flops(r1, L, b):
-    g = deepseek.build_layer(r1, "moe", "prefill", SS)
-    evict = SS.candidates(L)
+@given(
+    L=st.integers(SS.sink + SS.recent + 1, 1 << 17),
+    b=st.integers(1, 4),
+    norm=st.sampled_from(list(VoteNormalisation)),
+)
+def test_snapkv_score_recompute_flops(r1, L, b, norm):
+    ss = replace(SS, normalisation=norm)
+    g = deepseek.build_layer(r1, "moe", "prefill", ss)
+    evict = ss.candidates(L)
     wl = Workload(b, L, L, evict=evict)
-    # Q_obs K_evict^T over all heads, with the 192-wide query/key
-    assert flops(g.ops["snapkv_qk"], g, wl) == 2 * b * SS.obs_window * QK * evict * NH
+    # causal: a window query's softmax runs over every key it sees (the prompt); candidates:
+    # over the eviction candidates only
+    keys = L if norm == VoteNormalisation.CAUSAL else evict
+    # Q_obs K^T over all heads, with the 192-wide query/key
+    assert flops(g.ops["snapkv_qk"], g, wl) == 2 * b * ss.obs_window * QK * keys * NH
+    assert bytes_read(g.ops["snapkv_qk"], g, wl) == b * keys * NH * QK * 2  # BF16 keys
+    assert g.tensors["snapkv_probs"].numel(wl.env()) == b * NH * ss.obs_window * keys
+    # the votes are always over the candidates, one selection shared by all heads
+    assert g.tensors["snapkv_votes"].numel(wl.env()) == b * evict
     # and the compression is cheap next to attention
     assert flops(g.ops["snapkv_qk"], g, wl) < 0.05 * flops(g.ops["attention"], g, wl) + 1e12
+
+
+def test_snapkv_scores_span_every_key_by_default(r1):
+    g = deepseek.build_layer(r1, "moe", "prefill", SS)
+    assert g.tensors["snapkv_scores"].shape == ("B", NH, SS.obs_window, "T")
+    ss = replace(SS, normalisation=VoteNormalisation.CANDIDATES)
+    g = deepseek.build_layer(r1, "moe", "prefill", ss)
+    assert g.tensors["snapkv_scores"].shape == ("B", NH, SS.obs_window, "E")
 
 
 def test_snapstream_does_not_change_weights(r1, prefill):

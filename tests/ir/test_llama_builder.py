@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 from rdusim.ir.builders import llama
 from rdusim.ir.graph import TensorKind, Workload
 from rdusim.ir.ops import bytes_read, bytes_written, flops
-from rdusim.snapstream.config import SnapStreamConfig
+from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 
 LAYER_OPS = [
     "attn_norm",
@@ -174,14 +176,20 @@ def test_snapstream_selects_per_kv_head(llama8b):
 
 
 @settings(max_examples=30, deadline=None)
-@given(L=st.integers(SS.sink + SS.recent + SS.obs_window, 1 << 17))
-def test_snapstream_prefill_flops_with_evict(llama8b, L):
-    g = llama.build_layer(llama8b, "dense", "prefill", SS)
-    evict = SS.candidates(L)
+@given(
+    L=st.integers(SS.sink + SS.recent + SS.obs_window, 1 << 17),
+    norm=st.sampled_from(list(VoteNormalisation)),
+)
+def test_snapstream_prefill_flops_with_evict(llama8b, L, norm):
+    ss = replace(SS, normalisation=norm)
+    g = llama.build_layer(llama8b, "dense", "prefill", ss)
+    evict = ss.candidates(L)
     wl = Workload(1, L, L, evict=evict)
     nh = DIMS["llama-3.1-8b"][1]
-    assert flops(g.ops["snapkv_qk"], g, wl) == 2 * SS.obs_window * HD * evict * nh
-    # pooling and top-K act on one vote row per KV head
-    assert flops(g.ops["snapkv_pool"], g, wl) == KVH * evict * SS.pool_kernel
+    # causal: every key a window query sees (the prompt); candidates: the eviction candidates
+    keys = L if norm == VoteNormalisation.CAUSAL else evict
+    assert flops(g.ops["snapkv_qk"], g, wl) == 2 * ss.obs_window * HD * keys * nh
+    # pooling and top-K act on one vote row per KV head, over the candidates
+    assert flops(g.ops["snapkv_pool"], g, wl) == KVH * evict * ss.pool_kernel
     # the probabilities have one row per (head, window query)
-    assert g.tensors["snapkv_probs"].numel(wl.env()) == nh * SS.obs_window * evict
+    assert g.tensors["snapkv_probs"].numel(wl.env()) == nh * ss.obs_window * keys

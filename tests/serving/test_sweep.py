@@ -9,19 +9,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib.image
+import numpy as np
 import pytest
 
 from rdusim.errors import SpecError
 from rdusim.serving.sweep import (
     RESULT_COLUMNS,
+    STATUS_COLUMNS,
     Axis,
     columns,
     grid,
+    infeasible_row,
     parse_axes,
     parse_plot,
     result_row,
 )
-from rdusim.spec.hardware import preset_path
 from rdusim.spec.yamlio import parse_value
 
 Cli = Callable[[Sequence[object]], tuple[int, str, str]]
@@ -90,10 +92,12 @@ def test_result_row_keeps_the_swept_value() -> None:
     }
     row = result_row((("batch", "max"),), report)
     assert row["batch"] == "max" and row["max_batch_size"] == 64
+    assert (row["status"], row["reason"]) == ("ok", "")
     assert row["hbm_kv_cache_bytes"] == 2.0 and row["dense.MLA.latency_s"] == 0.5
     assert "moe.FFN.latency_s" not in row  # the first layer kind only
     cols = columns([Axis("batch", ("max",))], [row])
     assert cols[0] == "batch" and cols.count("batch") == 1
+    assert tuple(cols[1:3]) == STATUS_COLUMNS
     assert set(RESULT_COLUMNS) <= set(cols) and cols[-1] == "dense.MLA.latency_s"
 
 
@@ -128,7 +132,8 @@ def test_sweep_rows(serial_out: Path) -> None:
     for r in rows:
         assert r["batch"] == "16"
         assert float(r["throughput_tokens_per_s"]) > 0 and float(r["total_latency_s"]) > 0
-        assert int(r["max_batch_size"]) >= 16
+        # the largest batch is computed when it is asked for (batch=max) or needed
+        assert r["max_batch_size"] == "" or int(r["max_batch_size"]) >= 16
         assert float(r["hbm_weights_bytes"]) > float(r["hbm_kv_cache_bytes"]) > 0
         assert any(k.endswith(".latency_s") and "." in k[:-10] for k in r)
     # SnapStream keeps a quarter of the cache
@@ -186,30 +191,93 @@ def test_user_errors_exit_2_and_write_nothing(
     assert not out.exists()
 
 
+INFEASIBLE_GRID = ["--set", "seq_len=131072", "--set", "batch=16,4096"]
+
+
+def _sweep(run_cli: Cli, mappings_dir: Path, out: Path, *args: object) -> tuple[int, str, str]:
+    return run_cli(["sweep", mappings_dir / "r1_decode.yaml", *args, "--out", out])
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_error_at_one_point_names_it(
+def test_infeasible_point_becomes_a_row(
     run_cli: Cli, tmp_path: Path, mappings_dir: Path, jobs: str
 ) -> None:
-    """A point that fails while running (no batch fits) stops the sweep with exit 2."""
-    small = tmp_path / "small-hbm.yaml"
-    text = preset_path("sn40l-16").read_text(encoding="utf-8")
-    small.write_text(text.replace("hbm_usable_fraction: 0.9", "hbm_usable_fraction: 0.1"))
-    assert small.read_text() != text
+    """Batch 4096 at 128K does not fit in HBM: its row says why, and the sweep goes on."""
     out = tmp_path / "out"
-    code, _, err = run_cli(
-        [
-            "sweep",
-            mappings_dir / "r1_decode.yaml",
-            "--set",
-            f"hardware=sn40l-16,{small}",
-            "--set",
-            "seq_len=8192",
-            "--jobs",
-            jobs,
-            "--out",
-            out,
-        ]
+    code, stdout, err = _sweep(
+        run_cli,
+        mappings_dir,
+        out,
+        *INFEASIBLE_GRID,
+        "--jobs",
+        jobs,
+        "--plot",
+        "batch:throughput_tokens_per_s",
+    )
+    assert code == 0, err
+    rows = _read_csv(out / "sweep.csv")
+    assert [(r["batch"], r["status"]) for r in rows] == [("16", "ok"), ("4096", "infeasible")]
+    ok, bad = rows
+    assert ok["reason"] == "" and float(ok["throughput_tokens_per_s"]) > 0
+    assert bad["reason"].startswith("batch: batch 4096 needs") and "fix:" in bad["reason"]
+    assert bad["throughput_tokens_per_s"] == "" and "\n" not in bad["reason"]
+    data = json.loads((out / "sweep.json").read_text())
+    assert (data["points"], data["infeasible"]) == (2, 1)
+    assert data["columns"][:4] == ["seq_len", "batch", "status", "reason"]
+    assert data["rows"][1]["status"] == "infeasible" and data["rows"][1]["total_latency_s"] is None
+    assert (out / "sweep.png").exists()
+    assert "1 of 2 points infeasible" in stdout and "batch=4096: batch: batch 4096" in stdout
+    assert "the plot skips the 1 infeasible point" in stdout
+
+
+def test_strict_exits_1_after_writing_every_row(
+    run_cli: Cli, tmp_path: Path, mappings_dir: Path
+) -> None:
+    out = tmp_path / "out"
+    code, _, err = _sweep(run_cli, mappings_dir, out, *INFEASIBLE_GRID, "--jobs", "1", "--strict")
+    assert code == 1 and "--strict" in err and "Traceback" not in err
+    assert len(_read_csv(out / "sweep.csv")) == 2
+
+
+def test_no_feasible_point_exits_2_with_every_row_written(
+    run_cli: Cli, tmp_path: Path, mappings_dir: Path
+) -> None:
+    out = tmp_path / "out"
+    code, _, err = _sweep(
+        run_cli, mappings_dir, out, "--set", "seq_len=131072", "--set", "batch=4096,8192"
     )
     assert code == 2
-    assert f"sweep point hardware={small}" in err and "not even batch 1 fits" in err
+    assert "none of the 2 sweep points ran" in err and "fix:" in err
+    assert [r["status"] for r in _read_csv(out / "sweep.csv")] == ["infeasible"] * 2
+
+
+def test_a_point_that_does_not_load_still_stops_the_sweep(
+    run_cli: Cli, tmp_path: Path, mappings_dir: Path
+) -> None:
+    out = tmp_path / "out"
+    code, _, err = _sweep(
+        run_cli, mappings_dir, out, "--set", f"hardware=sn40l-16,{tmp_path}/no.yaml"
+    )
+    assert code == 2 and "sweep point hardware=" in err and "not found" in err
     assert not out.exists()
+
+
+def test_sweep_figure_skips_infeasible_rows() -> None:
+    from rdusim.report.plots import sweep_figure
+
+    rows = [
+        {"seq_len": 8192, "status": "ok", "total_latency_s": 0.1},
+        {"seq_len": 16384, "status": "infeasible", "total_latency_s": None},
+        {"seq_len": 32768, "status": "infeasible", "total_latency_s": None},
+    ]
+    fig = sweep_figure(rows, "seq_len", "total_latency_s", [], "t")
+    ax = fig.axes[0]
+    assert "(2 infeasible points skipped)" in ax.get_title()
+    assert [float(v) for v in np.asarray(ax.lines[0].get_xdata())] == [8192]
+
+
+def test_infeasible_row_has_every_result_column_empty() -> None:
+    row = infeasible_row((("batch", "4096"),), "batch: too big")
+    assert row["batch"] == 4096 and row["status"] == "infeasible"
+    assert row["reason"] == "batch: too big"
+    assert all(row[c] is None for c in RESULT_COLUMNS if c != "batch")

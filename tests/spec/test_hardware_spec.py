@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rdusim.calibration import FITTED_ON
+from rdusim.validation.calibrate import FITTED_ON
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.hardware import PRESETS, Calibration, Hardware, load_hardware, preset_path
 
@@ -83,10 +83,11 @@ def test_calibration_values_are_fractions_or_times():
         "attention_efficiency",
         "simd_efficiency",
         "hbm_efficiency",
-        "p2p_efficiency",
         "hbm_usable_fraction",
     ):
         assert 0 < getattr(c, field) <= 1
+    for field in ("software_call_s", "hardware_call_s"):
+        assert 0 < getattr(c, field) < 1e-3  # a kernel call takes microseconds, not seconds
 
 
 def _calibration_comments(text: str) -> dict[str, str]:
@@ -187,11 +188,35 @@ def test_efficiency_above_one_is_refused(tmp_path):
 
 
 def test_unknown_topology_is_refused(tmp_path):
-    path, _ = write_variant(tmp_path, "  topology: all-to-all", "  topology: torus")
+    path, _ = write_variant(tmp_path, "  topology: fully-connected", "  topology: torus")
     with pytest.raises(SpecError) as exc:
         load_hardware(path)
     assert exc.value.key == "links.topology"
     assert "torus" in exc.value.problem
+
+
+def test_retired_topology_name_says_the_new_one(tmp_path):
+    path, _ = write_variant(tmp_path, "  topology: fully-connected", "  topology: all-to-all")
+    with pytest.raises(SpecError) as exc:
+        load_hardware(path)
+    assert exc.value.key == "links.topology"
+    assert "fully-connected" in exc.value.problem
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("  p2p_bandwidth: 400.0e+9", "  p2p_bandwidth: 1.0e+300"),
+        ("  p2p_bandwidth: 400.0e+9", "  p2p_bandwidth: .inf"),
+        ("  clock_hz: 1.6e+9 ", "  clock_hz: .inf "),
+        ("  p2p_latency_s: 2.0e-6", "  p2p_latency_s: .nan"),
+        ("  sockets: 16 ", "  sockets: 100000 "),
+    ],
+)
+def test_values_must_be_finite_and_bounded(tmp_path, old, new):
+    path, _ = write_variant(tmp_path, old, new)
+    with pytest.raises(SpecError):
+        load_hardware(path)
 
 
 def test_sram_inconsistent_with_pmus(tmp_path):

@@ -62,7 +62,10 @@ def test_r1_prefill_fields(mappings_dir):
 
 def test_r1_decode_fields(mappings_dir):
     s = load_mapping(mappings_dir / "r1_decode.yaml").spec
-    assert s.batch == "max" and s.tokens_per_step == 2.4
+    assert s.batch == "max"
+    assert (s.mtp.draft_tokens, s.mtp.acceptance, s.mtp.mode) == (2, 0.8, "verify")
+    assert s.tokens_per_step == pytest.approx(1 + 0.8 + 0.8**2)
+    assert s.orchestration == "software"
     mla = s.kernels["moe"][0]
     assert mla.overrides["attention"] == Sharding(dp=16)
 
@@ -214,7 +217,7 @@ def test_overrides_parse_yaml_values():
             "seq_len=65536",
             "snapstream.enabled=false",
             "batch=max",
-            "tokens_per_step=2.4",
+            "mtp.acceptance=0.7",
             "snapstream.kv_len=8192",
         ],
         "m.yaml",
@@ -222,7 +225,7 @@ def test_overrides_parse_yaml_values():
     assert out == {
         "seq_len": 65536,
         "batch": "max",
-        "tokens_per_step": 2.4,
+        "mtp": {"acceptance": 0.7},
         "snapstream": {"enabled": False, "kv_len": 8192},
     }
 
@@ -337,3 +340,136 @@ def test_two_strategies_on_one_kernel(r1_mapping):
     err = info.value
     assert err.key == "kernels.moe[3].sharding" and "tp and dp" in err.problem
     assert err.line == line_with(text, "{tp: 16, dp: 16}")
+
+
+# --------------------------------------------------------------------------------------------
+# multi-token prediction, routing, orchestration, split-KV
+
+
+@pytest.mark.parametrize(
+    ("k", "a"), [(0, 0.8), (1, 0.8), (2, 0.8), (3, 0.5), (2, 1.0), (4, 0.0)]
+)
+def test_verified_mtp_accepts_a_geometric_sum(k, a):
+    s = spec(phase="decode", mtp={"draft_tokens": k, "acceptance": a})
+    expected = sum(a**i for i in range(k + 1))  # 1 + a + ... + a^k
+    assert s.tokens_per_step == pytest.approx(expected, rel=1e-12)
+    assert (s.mtp.verified_tokens, s.mtp.module_runs) == (k + 1, k)
+
+
+def test_two_drafts_at_80_percent_give_2_44(mappings_dir):
+    rm = load_mapping(
+        mappings_dir / "r1_decode.yaml", ["mtp.draft_tokens=2", "mtp.acceptance=0.8"]
+    )
+    assert rm.spec.tokens_per_step == pytest.approx(2.44, rel=1e-12)
+
+
+def test_scaled_mtp_keeps_the_reported_multiplier():
+    s = spec(phase="decode", mtp={"mode": "scaled", "tokens_per_step": 2.4})
+    assert s.tokens_per_step == 2.4
+    assert (s.mtp.verified_tokens, s.mtp.module_runs) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "mtp",
+    [
+        {"mode": "scaled"},  # no multiplier
+        {"tokens_per_step": 2.4},  # a multiplier in verify mode
+        {"draft_tokens": -1},
+        {"acceptance": 1.5},
+        {"draft_tokens": 99},
+    ],
+)
+def test_bad_mtp(mtp):
+    with pytest.raises(ValidationError):
+        spec(phase="decode", mtp=mtp)
+
+
+def test_top_level_tokens_per_step_points_to_mtp(r1_mapping):
+    path, text = r1_mapping(("batch: 1", "batch: 1\ntokens_per_step: 2.4"))
+    with pytest.raises(SpecError) as info:
+        load_mapping(path)
+    assert "mtp" in info.value.problem
+
+
+def test_mtp_needs_a_model_with_an_mtp_module(mappings_dir):
+    with pytest.raises(SpecError) as info:
+        load_mapping(mappings_dir / "llama31_8b_decode.yaml", ["mtp.draft_tokens=1"])
+    assert info.value.key == "mtp"
+
+
+@pytest.mark.parametrize(
+    "routing",
+    [
+        {"distribution": "zipf"},  # no exponent
+        {"distribution": "uniform", "exponent": 1.0},
+        {"distribution": "histogram"},  # no file
+        {"distribution": "zipf", "exponent": -1},
+        {"distribution": "pareto"},
+    ],
+)
+def test_bad_routing(routing):
+    with pytest.raises(ValidationError):
+        spec(moe={"routing": routing})
+
+
+def test_orchestration_and_looping_defaults():
+    s = spec()
+    assert (s.orchestration, s.kernel_looping) == ("hardware", False)
+    assert s.moe.expert_loading == "touched"
+    with pytest.raises(ValidationError):
+        spec(orchestration="host")
+
+
+def write_loads(tmp_path, mappings_dir, loads: str):
+    (tmp_path / "loads.txt").write_text(loads, encoding="utf-8")
+    text = (mappings_dir / "r1_decode.yaml").read_text(encoding="utf-8")
+    text = text.replace("../models/", str(mappings_dir.parent / "models") + "/")
+    text += "moe: {routing: {distribution: histogram, file: loads.txt}}\n"
+    path = tmp_path / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_histogram_file_is_read_relative_to_the_mapping(tmp_path, mappings_dir):
+    loads = [float(i % 7 + 1) for i in range(256)]
+    path = write_loads(tmp_path, mappings_dir, "\n".join(map(str, loads)))
+    assert load_mapping(path).expert_loads == tuple(loads)
+
+
+@pytest.mark.parametrize(
+    ("loads", "problem"),
+    [
+        ("1\n2\n3", "has 3 loads"),
+        ("\n".join(["1"] * 255 + ["x"]), "not a number"),
+        ("\n".join(["0"] * 256), "not all zero"),
+        ("\n".join(["1"] * 255 + ["-1"]), "non-negative"),
+    ],
+)
+def test_bad_histogram_is_located(tmp_path, mappings_dir, loads, problem):
+    path = write_loads(tmp_path, mappings_dir, loads)
+    with pytest.raises(SpecError) as info:
+        load_mapping(path)
+    assert info.value.key == "moe.routing.file"
+    assert problem in info.value.problem
+
+
+@pytest.mark.parametrize(
+    ("fields", "strategy", "degree", "seq_split"),
+    [({"sp": 16}, "sp", 16, 1), ({"dp": 4, "sp": 4}, "dp", 4, 4), ({"dp": 16}, "dp", 16, 1)],
+)
+def test_split_kv_sharding(fields, strategy, degree, seq_split):
+    sh = Sharding(**fields)
+    assert (sh.strategy, sh.degree, sh.seq_split) == (strategy, degree, seq_split)
+
+
+@pytest.mark.parametrize("fields", [{"tp": 4, "sp": 4}, {"ep": 4, "sp": 4}, {"tp": 2, "dp": 2}])
+def test_sp_combines_with_dp_only(fields):
+    with pytest.raises(ValidationError):
+        Sharding(**fields)
+
+
+@pytest.mark.parametrize(("key", "value"), [("seq_len", 1 << 30), ("batch", 1 << 30)])
+def test_sizes_have_limits(key, value):
+    with pytest.raises(ValidationError) as info:
+        spec(**{key: value})
+    assert "at most" in str(info.value) or "less than" in str(info.value)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.model import (
     DTYPE_BYTES,
+    LIMITS,
     DeepSeekV3Config,
     Dtypes,
     LlamaConfig,
@@ -440,3 +441,67 @@ def test_non_positive_sizes_are_refused_with_their_line(tmp_path, model_file, ke
         load_model_config(path)
     assert exc.value.key == key
     assert out[exc.value.line - 1].startswith(f"{key}:")
+
+
+# --------------------------------------------------------------------------------------------
+# upper limits: every size is bounded, so no model file can make a run take unbounded time
+
+
+def _with(base: dict, **values: object) -> dict:
+    return {**base, **values}
+
+
+LLAMA_KEYS = [k for k in LIMITS if k in HF_LLAMA_31_8B or k == "head_dim"]
+DEEPSEEK_ONLY_KEYS = [k for k in LIMITS if k not in LLAMA_KEYS]
+
+
+@pytest.mark.parametrize("key", LLAMA_KEYS)
+def test_llama_sizes_above_their_limit_name_key_and_limit(key):
+    with pytest.raises(SpecError) as exc:
+        validate(LlamaConfig, _with(HF_LLAMA_31_8B, **{key: LIMITS[key] + 1}), file="f.yaml")
+    assert exc.value.key == key
+    assert f"less than or equal to {LIMITS[key]}" in str(exc.value)
+    assert "limit" in (exc.value.fix or "")
+
+
+@pytest.mark.parametrize("key", DEEPSEEK_ONLY_KEYS)
+def test_deepseek_sizes_above_their_limit_name_key_and_limit(key):
+    with pytest.raises((SpecError, SpecErrors)) as exc:
+        validate(DeepSeekV3Config, _with(HF_DEEPSEEK_V3, **{key: LIMITS[key] + 1}), file="f.yaml")
+    text = str(exc.value)
+    assert f"{key}: Input should be less than or equal to {LIMITS[key]}" in text
+
+
+@pytest.mark.parametrize("value", ["1e29", "100000000000000000000000000000", "1e300"])
+def test_huge_layer_count_is_refused_quickly(edit_spec, model_file, value):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"num_hidden_layers": value})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    assert exc.value.key == "num_hidden_layers"
+    assert exc.value.line == spec.line("num_hidden_layers")
+    assert "less than or equal to 1024" in str(exc.value)
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan", "-.inf"])
+def test_non_finite_sizes_are_refused(edit_spec, model_file, value):
+    spec = edit_spec(model_file("llama-3.1-8b"), {"hidden_size": value})
+    with pytest.raises(SpecError) as exc:
+        load_model_config(spec.path)
+    assert exc.value.key == "hidden_size"
+
+
+def test_sizes_at_their_limit_load():
+    cfg = validate(
+        LlamaConfig,
+        _with(HF_LLAMA_31_8B, num_hidden_layers=LIMITS["num_hidden_layers"]),
+        file="f.yaml",
+    )
+    assert cfg.num_hidden_layers == LIMITS["num_hidden_layers"]
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_shipped_models_are_well_inside_the_limits(model_file, name):
+    cfg = load_model_config(model_file(name))
+    for key, limit in LIMITS.items():
+        value = getattr(cfg, key, None)
+        assert value is None or value <= limit // 4, key

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
+import random
+import time
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,11 +14,19 @@ from pydantic import BaseModel, ConfigDict, PositiveInt
 
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.yamlio import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    MAX_NODES,
+    check_path_keys,
     dotted,
     line_of,
     load_model,
+    parse_document,
+    parse_value,
+    path_problem,
     read_document,
     reject_bools,
+    shown_value,
     to_plain,
     validate,
 )
@@ -257,3 +270,145 @@ def test_line_of_matches_the_text(tmp_path_factory, keys, depth):
         level = min(i, depth)
         walk = [*walk[:level], key]
         assert line_of(doc, tuple(walk)) == i + 1
+
+
+# --------------------------------------------------------------------------------------------
+# inputs that are not UTF-8 text
+
+
+def _write_bytes(tmp_path: Path, data: bytes) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("data", "hint"),
+    [
+        ("name: café\n".encode("latin-1"), "Latin-1"),
+        ("name: x\n".encode("utf-16"), "UTF-16"),
+        (gzip.compress(b"name: x\n"), "gzip"),
+        (random.Random(7).randbytes(256), "binary"),
+    ],
+    ids=["latin-1", "utf-16", "gzip", "random"],
+)
+def test_not_utf8_is_a_spec_error(tmp_path, data, hint):
+    path = _write_bytes(tmp_path, data)
+    with pytest.raises(SpecError) as exc:
+        read_document(path)
+    text = str(exc.value)
+    assert "file is not UTF-8 text" in text and hint in text
+    assert str(path) in text and exc.value.fix
+
+
+def test_utf8_byte_order_mark_is_accepted(tmp_path):
+    doc = read_document(_write_bytes(tmp_path, b"\xef\xbb\xbfname: x\n"))
+    assert doc["name"] == "x"
+
+
+# --------------------------------------------------------------------------------------------
+# size and nesting limits
+
+
+def _nested_flow(depth: int, closed: bool = True) -> str:
+    return "[" * depth + ("]" * depth if closed else "")
+
+
+def _nested_block(depth: int) -> str:
+    return "".join(" " * i + f"k{i}:\n" for i in range(depth)) + " " * depth + "v\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [_nested_flow(10_000, closed=False), _nested_flow(10_000), _nested_block(200)],
+    ids=["open-flow", "closed-flow", "block"],
+)
+def test_deep_nesting_fails_fast_and_names_the_limit(text):
+    start = time.perf_counter()
+    with pytest.raises(SpecError, match=f"more than {MAX_DEPTH} levels"):
+        parse_document(text, file="deep.yaml")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_nesting_up_to_the_limit_loads():
+    doc = parse_document(f"x: {_nested_flow(MAX_DEPTH - 1)}", file="ok.yaml")
+    depth, node = 0, doc["x"]
+    while node:
+        depth, node = depth + 1, node[0]
+    assert depth == MAX_DEPTH - 2  # the innermost list is empty
+
+
+def test_alias_expansion_is_bounded():
+    """A "billion laughs" document: 10 levels of 10 aliases each."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    start = time.perf_counter()
+    with pytest.raises(SpecError, match=f"more than {MAX_NODES} values"):
+        parse_document("\n".join(lines), file="lol.yaml")
+    assert time.perf_counter() - start < 1.0
+
+
+def test_oversized_file_is_refused(tmp_path):
+    path = _write_bytes(tmp_path, b"# padding\n" * (MAX_FILE_BYTES // 10 + 1))
+    with pytest.raises(SpecError, match=f"larger than {MAX_FILE_BYTES} bytes"):
+        read_document(path)
+
+
+# --------------------------------------------------------------------------------------------
+# values ruamel cannot construct, and text that cannot be printed
+
+
+@pytest.mark.parametrize(
+    "text", ["x: !!bool maybe", "x: !!int abc", "x: !!timestamp 2001-13-99", "x: 1" + "0" * 5000]
+)
+def test_unconstructible_values_are_spec_errors(text):
+    with pytest.raises(SpecError, match="cannot read a value"):
+        parse_document(text, file="tagged.yaml")
+
+
+def test_surrogate_escape_names_its_key():
+    with pytest.raises(SpecError) as exc:
+        parse_document('a:\n  name: "\\udc80"\n', file="s.yaml")
+    assert exc.value.key == "a.name" and exc.value.line == 2
+
+
+# --------------------------------------------------------------------------------------------
+# file names
+
+
+def test_path_problem():
+    assert path_problem("x" * 5000) == "the file name is too long (5000 characters)"
+    assert path_problem("a\0b") == "the file name contains a NUL character"
+    assert path_problem("no/such/file.yaml") is None
+
+
+def test_over_long_spec_name_is_a_spec_error():
+    with pytest.raises(SpecError, match="too long") as exc:
+        read_document("x" * 5000 + ".yaml")
+    assert len(str(exc.value)) < 400  # the name is shown abbreviated
+
+
+def test_check_path_keys_names_key_and_line(tmp_path):
+    doc = parse_document(f"name: m\nmodel: {'m' * 300}.yaml\n", file="m.yaml")
+    with pytest.raises(SpecError, match="too long") as exc:
+        check_path_keys(
+            to_plain(doc), [("model",), ("hardware",)], file="m.yaml", doc=doc, base=tmp_path
+        )
+    assert (exc.value.key, exc.value.line) == ("model", 2)
+
+
+# --------------------------------------------------------------------------------------------
+# --set values and long values in messages
+
+
+def test_parse_value_of_deep_nesting_is_quick_text():
+    text = _nested_flow(10_000, closed=False)
+    start = time.perf_counter()
+    assert parse_value(text) == text
+    assert time.perf_counter() - start < 1.0
+
+
+def test_shown_value_is_cut_short():
+    assert shown_value(7) == "7"
+    long = shown_value("y" * 10_000)
+    assert len(long) < 120 and "10002 characters" in long
