@@ -30,7 +30,7 @@ class MapRun:
 
 
 def calibration_summary(rm: ResolvedMapping) -> dict[str, Any]:
-    from rdusim.calibration import FITTED_ON
+    from rdusim.validation.calibrate import FITTED_ON
 
     cal = rm.hardware.calibration.model_dump()
     return {k: {"value": v, "fitted_on": FITTED_ON.get(k)} for k, v in cal.items()}

@@ -8,6 +8,7 @@ place (`write_files`), so a failure leaves nothing half-written.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -19,8 +20,8 @@ from rdusim.errors import SpecError
 from rdusim.spec.yamlio import check_path
 
 if TYPE_CHECKING:
-    from rdusim.serving.reproduce import Cell
     from rdusim.spec.hardware import Hardware
+    from rdusim.validation.cells import Cell
 
 # Keys of a mapping that name files, checked before the mapping is loaded.
 MAPPING_PATH_KEYS = (("model",), ("hardware",), ("moe", "routing", "file"))
@@ -100,6 +101,15 @@ def output_dir(text: str, key: str, names: Sequence[str]) -> Path:
     return out
 
 
+_WRITE_FIXES = {
+    errno.ENOSPC: "free some space on that disk, or write somewhere else",
+    errno.EDQUOT: "free some of your disk quota, or write somewhere else",
+    errno.EROFS: "the file system is read-only: write somewhere else",
+    errno.EACCES: "choose a location you may write in",
+    errno.EPERM: "choose a location you may write in",
+}
+
+
 def write_outputs(files: Mapping[Path, str | bytes], keys: Mapping[Path, str]) -> None:
     """Write all `files` at once; an operating-system refusal is a `SpecError` on the option
     (`keys[path]`) that named the file."""
@@ -109,15 +119,19 @@ def write_outputs(files: Mapping[Path, str | bytes], keys: Mapping[Path, str]) -
         write_files(files)
     except OSError as exc:
         failed = Path(exc.filename) if isinstance(exc.filename, str) else None
+        # the refused name is the file, its temporary sibling, or a directory on its way
         path = next(
-            (p for p in files if failed is not None and failed.parent == p.parent),
+            (p for p in files if failed is not None and p.is_relative_to(failed.parent)),
             next(iter(files)),
         )
         raise SpecError(
             f"cannot write the file: {exc.strerror or exc}",
             file=str(path),
             key=keys.get(path),
-            fix="check that its directory exists or can be created, and that you may write there",
+            fix=_WRITE_FIXES.get(
+                exc.errno or 0,
+                "check that its directory exists or can be created, and that you may write there",
+            ),
         ) from None
 
 
@@ -203,22 +217,18 @@ def _shown_hardware(hw: Hardware | None) -> Hardware:
     """The hardware a comparison ran on: `hw`, or the one the paper's mappings name."""
     if hw is not None:
         return hw
-    from rdusim.serving.reproduce import mappings_dir
     from rdusim.spec.mapping import load_mapping
+    from rdusim.validation.data import mappings_dir
 
     return load_mapping(mappings_dir() / "r1_prefill.yaml").hardware
 
 
 def _comparison_cells(which: str, hw: Hardware | None) -> dict[str, list[Cell]]:
-    """Cells by output table: Table 4 with the prefill-overhead predictions, and Table 5."""
-    from rdusim.serving import reproduce as rp
+    """Cells by output table: Table 4 with the prefill-overhead predictions, Table 5 with the
+    on-chip naive update, and (for `all`) the kernel-looping speed-up."""
+    from rdusim.validation.paper import comparison_cells
 
-    out: dict[str, list[Cell]] = {}
-    if which in ("table4", "all"):
-        out["table4"] = rp.table4(hw) + rp.prefill_overhead(hardware=hw)
-    if which in ("table5", "all"):
-        out["table5"] = rp.table5(hw)
-    return out
+    return comparison_cells(which, hw)
 
 
 def _comparison_title(hw: Hardware | None) -> str:
@@ -228,7 +238,7 @@ def _comparison_title(hw: Hardware | None) -> str:
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from rdusim.report import plots
     from rdusim.report.tables import cells_csv, cells_json, render_comparison
-    from rdusim.serving.reproduce import published
+    from rdusim.validation.data import paper as published
 
     tables = ["table4", "table5"] if args.which == "all" else [args.which]
     names = [f"{t}.{ext}" for t in tables for ext in ("png", "svg", "csv", "json")]
@@ -244,6 +254,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     }
     files: dict[Path, str | bytes] = {}
     for name, cells in by_table.items():
+        if name not in tables:
+            continue  # compared and printed, but no figure of its own
         if name == "table4":
             fig = plots.table4_figure(cells)
         else:
@@ -263,11 +275,29 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from rdusim.report.tables import render_comparison
+    from rdusim.report.tables import render_comparison, render_null_summary
+    from rdusim.validation.paper import null_summary
 
     hw = _hardware(args.hardware)
     cells = [c for cs in _comparison_cells("all", hw).values() for c in cs]
-    print(render_comparison(cells, _comparison_title(hw)))
+    nulls = null_summary(cells)
+    if args.json:
+        shown = _shown_hardware(hw)
+        print(
+            dump_json(
+                {
+                    "hardware": shown.name,
+                    "calibration": shown.calibration.model_dump(),
+                    "cells": [c.as_dict() for c in cells],
+                    "null_models": nulls,
+                    "ok": all(c.within for c in cells),
+                }
+            ),
+            end="",
+        )
+    else:
+        print(render_comparison(cells, _comparison_title(hw)))
+        print(render_null_summary(nulls))
     return 0 if all(c.within for c in cells) else 1
 
 
@@ -305,8 +335,8 @@ def _patched(source: Path, text: str, values: Mapping[str, str]) -> str:
 def _calibration_target(args: argparse.Namespace, hw: Hardware, source: Path) -> str | None:
     """Before fitting: check --write, and that the source's calibration section can be
     patched; the source text, or None without --write."""
-    from rdusim.calibration import FITTED_PARAMS
     from rdusim.report.tables import format_param
+    from rdusim.validation.calibrate import FITTED_PARAMS
 
     if args.write is None:
         return None
@@ -319,9 +349,14 @@ def _calibration_target(args: argparse.Namespace, hw: Hardware, source: Path) ->
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from rdusim.calibration import FITTED_ON, FITTED_PARAMS, fit, fit_cells, with_calibration
-    from rdusim.report.tables import format_param, render_params, render_residuals
+    from rdusim.report.tables import (
+        format_param,
+        render_fit_statistics,
+        render_params,
+        render_residuals,
+    )
     from rdusim.spec.hardware import load_hardware
+    from rdusim.validation.calibrate import FITTED_ON, FITTED_PARAMS, fit, fit_cells
 
     if args.max_evals < 1:
         raise SpecError(f"must be at least 1, got {args.max_evals}", key="--max-evals")
@@ -338,28 +373,39 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             bar.update(1)
             bar.set_postfix(cost=f"{sum(x * x for x in r):.3g}", refresh=False)
 
-        fitted, _ = fit(hw, max_evals=args.max_evals, progress=progress)
+        result = fit(hw, max_evals=args.max_evals, progress=progress)
         bar.total = bar.n
         bar.refresh()
-    text = {n: format_param(getattr(fitted.calibration, n)) for n in FITTED_PARAMS}
-    after = with_calibration(hw, **{n: float(v) for n, v in text.items()})
-    after_cells = fit_cells(after)
-    before_v = {n: getattr(hw.calibration, n) for n in FITTED_PARAMS}
-    after_v = {n: getattr(after.calibration, n) for n in FITTED_PARAMS}
-    print(f"calibration of {hw.name} ({source}), at most {args.max_evals} evaluations\n")
-    print(render_params(before_v, after_v, FITTED_ON))
-    print(
-        "\nresiduals of the fitted cells (deviation / tolerance; the fit minimises their squares)"
-    )
-    print(render_residuals(before_cells, after_cells))
-    print("\npaste into the calibration: section of the hardware YAML:")
-    print("\n".join(f"  {n}: {v}" for n, v in text.items()))
+    text = {n: format_param(result.values[n]) for n in FITTED_PARAMS}
+    if args.json:
+        print(dump_json({"hardware": hw.name, **result.as_dict()}), end="")
+    else:
+        before_v = {n: getattr(hw.calibration, n) for n in FITTED_PARAMS}
+        print(f"calibration of {hw.name} ({source}), at most {args.max_evals} evaluations\n")
+        print(render_params(before_v, result.values, FITTED_ON, result.stderr))
+        print("\n" + render_fit_statistics(result.as_dict()))
+        print(
+            "\nresiduals of the fitted cells (deviation / tolerance; the fit minimises their "
+            "squares)"
+        )
+        print(render_residuals(before_cells, result.cells))
+        print("\npaste into the calibration: section of the hardware YAML:")
+        print("\n".join(f"  {n}: {v}" for n, v in text.items()))
+    if not result.identifiable:
+        print(
+            "rdusim: the fit does not identify its parameters:\n  "
+            + "\n  ".join(result.problems)
+            + "\n  (fix the data or the parameter set before trusting these values)",
+            file=sys.stderr,
+        )
+        return 1
     if source_text is not None:
         target = Path(args.write)
         new_text = _patched(source, source_text, text)
         _check_hardware_text(new_text, target)
         write_outputs({target: new_text}, {target: "--write"})
-        print(f"\nwrote {target} (a copy of {source} with the new calibration values)")
+        notes = sys.stderr if args.json else sys.stdout
+        print(f"wrote {target} (a copy of {source} with the new calibration values)", file=notes)
     return 0
 
 
@@ -505,6 +551,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="PRESET_OR_FILE",
         help="hardware preset or YAML file (default: the one the mappings name)",
     )
+    v.add_argument("--json", action="store_true", help="print the cells and null models as JSON")
     v.set_defaults(func=_cmd_validate)
 
     c = sub.add_parser("calibrate", help="re-fit the calibration parameters to the paper")
@@ -525,6 +572,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--write",
         metavar="FILE",
         help="write a copy of the hardware YAML with the fitted values to FILE",
+    )
+    c.add_argument(
+        "--json",
+        action="store_true",
+        help="print parameters (value, stderr, at_bound), correlations and condition number",
     )
     c.set_defaults(func=_cmd_calibrate)
 

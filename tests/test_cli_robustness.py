@@ -4,9 +4,11 @@ no file system accepts, and operating-system refusals. Never a traceback; user e
 from __future__ import annotations
 
 import errno
+import gzip
 import io
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -187,3 +189,43 @@ def test_option_errors_name_the_option_not_a_file(run_cli: Cli) -> None:
     assert err.startswith("rdusim: error: --seq-len: must be at most 16777216")
     code, _, err = run_cli(["model", MODELS_DIR / "llama-3.1-8b.yaml", "--batch", "99999999999"])
     assert code == 2 and "--batch: must be at most" in err
+
+
+# --------------------------------------------------------------------------------------------
+# spec files that are not UTF-8 text, or nested too deeply: model, mapping and hardware alike
+
+NOT_UTF8 = {
+    "latin-1": ("name: café\n".encode("latin-1"), "Latin-1"),
+    "utf-16": ("name: x\n".encode("utf-16"), "UTF-16"),
+    "gzip": (gzip.compress(b"name: x\n"), "gzip"),
+    "binary": (bytes(range(256)) * 4, "binary"),
+}
+
+
+def _spec_command(role: str, path: Path) -> list[object]:
+    """A command that reads `path` as a model, a mapping or a hardware file."""
+    decode = MAPPINGS_DIR / "llama31_8b_decode.yaml"
+    return {
+        "model": ["model", path],
+        "mapping": ["map", path],
+        "hardware": ["map", decode, "--set", f"hardware={path}", *MAP_FAST],
+    }[role]
+
+
+@pytest.mark.parametrize("role", ["model", "mapping", "hardware"])
+@pytest.mark.parametrize("encoding", list(NOT_UTF8))
+def test_spec_that_is_not_utf8(run_cli: Cli, tmp_path: Path, role: str, encoding: str) -> None:
+    data, hint = NOT_UTF8[encoding]
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(data)
+    err = _assert_user_error(run_cli(_spec_command(role, path)), "file is not UTF-8 text", hint)
+    assert str(path) in err
+
+
+@pytest.mark.parametrize("role", ["model", "mapping", "hardware"])
+def test_deeply_nested_spec_fails_fast(run_cli: Cli, tmp_path: Path, role: str) -> None:
+    path = tmp_path / "deep.yaml"
+    path.write_text("name: [" + "[" * 10_000, encoding="utf-8")
+    start = time.perf_counter()
+    _assert_user_error(run_cli(_spec_command(role, path)), "more than 64 levels")
+    assert time.perf_counter() - start < 1.0

@@ -11,6 +11,7 @@ import math
 from rdusim.compiler.program import Kernel
 from rdusim.spec.hardware import Hardware
 
+
 def efficiency(hw: Hardware, cost_class: str) -> float:
     return hw.calibration.efficiency(cost_class)
 

@@ -47,7 +47,7 @@ class OpPlan:
 
     @property
     def sharding_label(self) -> str:
-        if self.strategy == "replicate" or (self.degree <= 1 and self.seq_split <= 1):
+        if self.strategy == "replicate" or self.degree <= 1:
             return "replicate" if self.seq_split <= 1 else f"sp{self.seq_split}"
         if self.seq_split > 1:
             return f"{self.strategy}{self.degree}xsp{self.seq_split}"

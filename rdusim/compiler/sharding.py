@@ -147,10 +147,12 @@ def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
                 "use a degree that divides the expert count",
             )
     if (sh.strategy == "sp" or sh.seq_split > 1) and not is_cached_attention(op):
-        raise _error(
+        sp_path = (*sh.path[:-1], "sp")
+        raise SpecError(
             f"sp (split-KV) applies to decode attention over a cache, not {op.name}",
-            sh,
-            "use tp or dp for this op (override it per op)",
+            key=dotted(sp_path),
+            path=sp_path,
+            fix="use tp or dp for this op (override it per op)",
         )
     if span > sockets:
         raise _error(

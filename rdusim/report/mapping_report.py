@@ -23,7 +23,12 @@ def render_map_report(r: dict[str, Any]) -> str:
     lines = [head, ""]
     for kind, layer in r["layers"].items():
         lat = layer["latency_s"]
-        lines.append(f"{kind} layers x{layer['count']}" + (f": {seconds(lat)} each" if lat else ""))
+        title = f"{kind} layers x{layer['count']}" + (f": {seconds(lat)} each" if lat else "")
+        if layer.get("looped"):
+            title += " (one looped call)"
+        if layer.get("experts_touched") is not None:
+            title += f", {layer['experts_touched']:.1f} experts touched per step"
+        lines.append(title)
         rows = []
         for k in layer["kernels"]:
             ops = ", ".join(k["ops"])
@@ -38,6 +43,7 @@ def render_map_report(r: dict[str, Any]) -> str:
                     k["pmus"],
                     si(k["sram_bytes"], "B"),
                     _collectives(k),
+                    seconds(k["call_s"]) if k["call_s"] is not None else "-",
                     seconds(k["latency_s"]),
                     f"{100 * k['share']:.2f}%" if k["share"] is not None else "-",
                     k["bottleneck"] or "-",
@@ -53,12 +59,13 @@ def render_map_report(r: dict[str, Any]) -> str:
                     "PMUs",
                     "SRAM/socket",
                     "collectives/socket",
+                    "call",
                     "latency",
                     "share",
                     "bottleneck",
                 ],
                 rows,
-                "<<<>>><<>><",
+                "<<<>>><<>>><",
             )
         )
         lines.append("")
@@ -72,12 +79,35 @@ def render_map_report(r: dict[str, Any]) -> str:
     if r["total_latency_s"] is not None:
         what = "time to first token" if r["phase"] == "prefill" else "decode step"
         lines.append(f"{what}: {seconds(r['total_latency_s'])}")
+    if r.get("kernel_call_time_s") is not None:
+        looping = ", kernel looping" if r.get("kernel_looping") else ""
+        lines.append(
+            f"kernel calls: {r['kernel_calls']} ({r['orchestration']} orchestration{looping}), "
+            f"{seconds(r['kernel_call_time_s'])} of it"
+        )
     if r["phase"] == "decode":
-        lines.append(f"max batch size (power of two that fits HBM): {r['max_batch_size']}")
+        if r["max_batch_size"] is not None:
+            lines.append(f"max batch size (power of two that fits HBM): {r['max_batch_size']}")
+        mtp = r.get("mtp") or {}
+        if mtp.get("mode") == "scaled":
+            how = f"{r['tokens_per_step']:g} tokens/step, a reported multiplier on a plain step"
+        elif mtp.get("draft_tokens"):
+            how = (
+                f"{r['tokens_per_step']:.2f} tokens/step accepted: {mtp['draft_tokens']} drafts "
+                f"verified ({mtp['verified_tokens']} tokens per sequence)"
+            )
+        else:
+            how = "1 token/step"
+        lines.append(f"multi-token prediction: {how}")
         if r["throughput_tokens_per_s"] is not None:
             lines.append(
                 f"throughput: {r['throughput_tokens_per_s']:.0f} tokens/s "
-                f"(batch {r['batch']} x {r['tokens_per_step']} tokens/step)"
+                f"(batch {r['batch']} x {r['tokens_per_step']:.3g} tokens/step)"
+            )
+        if r.get("tpot_s"):
+            lines.append(
+                f"time per output token: {seconds(r['tpot_s'])} "
+                f"({1.0 / r['tpot_s']:.1f} tokens/s per user)"
             )
         upd = ss.get("decode_update_sram_bytes")
         if upd:

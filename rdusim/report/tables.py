@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rdusim.report.console import seconds, si, table
 
 if TYPE_CHECKING:
-    from rdusim.serving.reproduce import Cell
+    from rdusim.validation.cells import Cell
 
 CELL_COLUMNS = (
     "table",
@@ -90,12 +90,17 @@ def status(c: Cell) -> str:
 # --- comparison table ------------------------------------------------------------------------
 
 
+def _percent(v: float | None) -> str:
+    return f"{100 * v:+.1f}%" if v is not None else ""
+
+
 def comparison_rows(cells: Iterable[Cell]) -> list[list[str]]:
     rows = []
     for c in cells:
         pub = _value(c.published, c.unit)
         if c.bound == "max":
             pub = "< " + pub
+        predicted = not c.fitted
         rows.append(
             [
                 c.table,
@@ -106,6 +111,8 @@ def comparison_rows(cells: Iterable[Cell]) -> list[list[str]]:
                 _tolerance(c),
                 status(c),
                 "ok" if c.within else "FAIL",
+                _percent(c.null_constant_error) if predicted else "",
+                _percent(c.null_roofline_error) if predicted else "",
             ]
         )
     return rows
@@ -122,8 +129,10 @@ def render_comparison(cells: Sequence[Cell], title: str = "") -> str:
         "tolerance",
         "fitted|predicted",
         "ok/FAIL",
+        "null: const",
+        "null: roofline",
     ]
-    body = table(headers, comparison_rows(cells), align="<<>>>><<")
+    body = table(headers, comparison_rows(cells), align="<<>>>><<>>")
     failed = [c for c in cells if not c.within]
     n_fit = sum(c.fitted for c in cells)
     summary = (
@@ -139,6 +148,28 @@ def render_comparison(cells: Sequence[Cell], title: str = "") -> str:
         )
     parts = [title, ""] if title else []
     return "\n".join([*parts, body, "", summary])
+
+
+def render_null_summary(summary: Mapping[str, Any]) -> str:
+    """Whether rdusim beats the null models on the predicted Table 5 cells."""
+    verdict = (
+        "beats both null models"
+        if summary["beats_both"]
+        else (
+            "does NOT beat "
+            + " and ".join(
+                name
+                for name, key in (("the constant step", "constant"), ("the roofline", "roofline"))
+                if not summary[f"beats_null_{key}"]
+            )
+        )
+    )
+    return (
+        f"\nnull models on the {summary['cells']} predicted Table 5 cells (sum of squared "
+        f"relative errors): rdusim {summary['sse_rdusim']:.4f}, constant step "
+        f"{summary['sse_null_constant']:.4f}, roofline {summary['sse_null_roofline']:.4f}; "
+        f"rdusim {verdict}"
+    )
 
 
 # --- CSV / JSON ------------------------------------------------------------------------------
@@ -192,14 +223,35 @@ def format_param(value: float) -> str:
 
 
 def render_params(
-    before: Mapping[str, float], after: Mapping[str, float], fitted_on: Mapping[str, str]
+    before: Mapping[str, float],
+    after: Mapping[str, float],
+    fitted_on: Mapping[str, str],
+    stderr: Mapping[str, float] | None = None,
 ) -> str:
     rows = []
     for name, old in before.items():
         new = after[name]
         change = f"{100 * (new / old - 1):+.1f}%" if old else "-"
-        rows.append([name, format_param(old), format_param(new), change, fitted_on.get(name, "-")])
-    return table(["parameter", "before", "after", "change", "fitted on"], rows, align="<>>><")
+        err = stderr.get(name) if stderr else None
+        sigma = f"±{100 * err / abs(new):.0f}%" if err is not None and new else "-"
+        rows.append(
+            [name, format_param(old), format_param(new), sigma, change, fitted_on.get(name, "-")]
+        )
+    return table(
+        ["parameter", "before", "after", "stderr", "change", "fitted on"], rows, align="<>>>><"
+    )
+
+
+def render_fit_statistics(fit: Mapping[str, Any]) -> str:
+    """Correlations, condition number and the identifiability verdict of a fit."""
+    names = fit["parameter_order"]
+    rows = [
+        [n, *(f"{v:+.2f}" for v in row)] for n, row in zip(names, fit["correlation"], strict=True)
+    ]
+    short = [n.replace("_efficiency", "_eff").replace("_call_s", "_call") for n in names]
+    body = table(["correlation", *short], rows, align="<" + ">" * len(names))
+    verdict = "identifiable" if fit["identifiable"] else "NOT identifiable"
+    return body + f"\n\ncondition number {fit['condition_number']:.3g}: {verdict}"
 
 
 def render_residuals(before: Sequence[Cell], after: Sequence[Cell]) -> str:

@@ -114,9 +114,7 @@ class _Wiring:
 
     def is_source(self, op: str) -> bool:
         """Reads only what earlier kernels (or the previous iteration) left in HBM."""
-        return not self.producers[op] and not any(
-            c.src is not None for c in self.coll_for_dst[op]
-        )
+        return not self.producers[op] and not any(c.src is not None for c in self.coll_for_dst[op])
 
 
 class _Run:
@@ -148,9 +146,7 @@ class _Run:
         self.totals = {"hbm": 0.0, "p2p": 0.0, "hbm_bytes": 0.0, "p2p_bytes": 0.0}
         self.barriers = {id(c): _Barrier(self.env, sockets) for c in kernel.collectives}
         # iteration j is done on socket s when all of its stages and writers have finished
-        self.done = [
-            [self.env.event() for _ in range(iterations)] for _ in range(sockets)
-        ]
+        self.done = [[self.env.event() for _ in range(iterations)] for _ in range(sockets)]
         self.pending = [[0] * iterations for _ in range(sockets)]
 
     # --- bookkeeping ---------------------------------------------------------------------

@@ -17,30 +17,30 @@ from rdusim.errors import SpecError
 from rdusim.spec.base import Strict
 from rdusim.spec.yamlio import load_model
 
-
-# Every physical quantity is finite and positive, and bounded far above any real machine so that
-# a typo (1e300) is an error instead of an overflow or an hour-long simulation.
-Quantity = Annotated[float, Field(gt=0, le=1e18, allow_inf_nan=False)]
+# Every physical quantity is finite, and bounded below and above far from any real machine, so a
+# typo (1e300, 1e-300) is an error instead of an overflow, a NaN or an hour-long simulation.
+Bytes = Annotated[float, Field(ge=1e3, le=1e18, allow_inf_nan=False)]
+Bandwidth = Annotated[float, Field(ge=1e6, le=1e18, allow_inf_nan=False)]
 Count = Annotated[int, Field(gt=0, le=1_000_000)]
-Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0.01, le=1, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0, le=1.0, allow_inf_nan=False)]
 
 MAX_SOCKETS = 1024  # sockets per node; the simulator's work grows with it
 
 
 class Memory(Strict):
-    capacity_bytes: Quantity
-    bandwidth: Quantity = Field(description="peak bytes/s")
+    capacity_bytes: Bytes
+    bandwidth: Bandwidth = Field(description="peak bytes/s")
 
 
 class Socket(Strict):
     tiles: Count
     pcus: Count
     pmus: Count
-    pmu_bytes: Count
-    sram_bytes: Quantity
-    clock_hz: Quantity
-    peak_bf16_flops: Quantity
+    pmu_bytes: int = Field(gt=0, le=1_000_000_000)
+    sram_bytes: Bytes
+    clock_hz: float = Field(ge=1e6, le=1e12, allow_inf_nan=False)
+    peak_bf16_flops: float = Field(ge=1e9, le=1e18, allow_inf_nan=False)
     hbm: Memory
     ddr: Memory
 
@@ -63,7 +63,7 @@ Topology = Literal["fully-connected", "ring"]
 
 
 class Links(Strict):
-    p2p_bandwidth: Quantity = Field(description="bytes/s each socket can send (and receive)")
+    p2p_bandwidth: Bandwidth = Field(description="bytes/s each socket can send (and receive)")
     p2p_latency_s: Seconds = Field(description="one round of a collective")
     topology: Topology = "fully-connected"
 

@@ -380,7 +380,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> di
                 file=file,
                 key=f"--set {key}",
                 fix="use a field of the mapping, e.g. seq_len, batch, phase, hardware, "
-                "tokens_per_step, snapstream.enabled, snapstream.kv_len",
+                "orchestration, kernel_looping, mtp.draft_tokens, mtp.acceptance, "
+                "moe.expert_loading, snapstream.enabled, snapstream.kv_len",
             )
         node = data
         for p in parts[:-1]:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from rdusim.compiler.compile import (
     CompileContext,
+    _plan_looped,
     _tiles,
     build_kernels,
     compile_mapping,
@@ -20,7 +21,7 @@ from rdusim.compiler.compile import (
     workload_for,
 )
 from rdusim.compiler.fusion import fuse
-from rdusim.compiler.program import Kernel, LayerProgram
+from rdusim.compiler.program import Kernel, LayerProgram, OpPlan
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
 from rdusim.ir.graph import Graph, TPMode, Workload
@@ -341,6 +342,26 @@ def test_kernel_looping_runs_a_one_kernel_layer_as_one_call():
         load_mapping(MAPPINGS / "llama31_8b_decode.yaml", ["kernel_looping=false"])
     )
     assert not unlooped.layers["dense"].looped and unlooped.layers["dense"].calls == 32
+    # the pipelined outer loop streams the next layer's weights in beside the kernel: one
+    # layer's BF16 shard (q, o: 4096^2; k, v: 4096 x 1024; FFN: 3 x 4096 x 14336; split 16
+    # ways) plus the two whole 4096-wide norms
+    (looped_k,), (plain_k,) = lp.kernels, unlooped.layers["dense"].kernels
+    shard = (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) * 2 / 16 + 2 * 4096 * 2
+    assert looped_k.prefetch_iteration and not plain_k.prefetch_iteration
+    assert looped_k.streamed_weight_bytes == shard
+    assert looped_k.sram_bytes == pytest.approx(plain_k.sram_bytes + shard, rel=1e-12)
+
+
+def test_a_looped_kernel_prefetches_only_what_fits():
+    def kernel(sram: float) -> Kernel:
+        p = OpPlan("w", "gemm", "systolic", "tp", 16, 1.0, 0.0, 0.0, 30e6, 0.0, 0.0)
+        return Kernel("k", [p], sram_bytes=sram)
+
+    room = hardware().socket.sram_bytes
+    fits, tight = kernel(room - 30e6), kernel(room - 29e6)
+    _plan_looped([fits, tight], hardware())
+    assert fits.prefetch_iteration and fits.sram_bytes == room
+    assert not tight.prefetch_iteration and tight.sram_bytes == room - 29e6
 
 
 def test_kernel_looping_needs_one_kernel_per_layer(r1_mapping):

@@ -90,7 +90,7 @@ def test_r1_decode_weights_and_budget(r1_decode_64):
 def test_max_batch_reports_when_nothing_fits():
     from dataclasses import replace
 
-    from rdusim.calibration import with_calibration
+    from rdusim.validation.calibrate import with_calibration
 
     rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["snapstream.enabled=false"])
     # leave the runtime only half of HBM: the 44 GB of weight shards alone no longer fit

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -455,22 +454,6 @@ def test_bounds(case, tokens):
     assert max_slots <= tokens * min(k, block) + tol
     if float(tokens).is_integer():  # a touched expert holds at least one slot
         assert max_slots >= max_touched - tol
-
-
-# --------------------------------------------------------------------------------------------
-# Speed
-
-
-def test_fast_for_any_step_size():
-    """Cost stays flat in n (2 ms budget, measured ~0.3 ms; asserted at 20 ms for busy hosts)."""
-    models = (uniform_routing(E, K), zipf_routing(E, K, 1.0))
-    for model, tokens in itertools.product(models, (1, 256, 7147.5, 131_072, 1_000_000)):
-        for f in FUNCTIONS:
-            f(model, tokens, G)
-            start = time.perf_counter()
-            for _ in range(5):
-                f(model, tokens, G)
-            assert (time.perf_counter() - start) / 5 < 0.02, (f, tokens)
 
 
 # --------------------------------------------------------------------------------------------

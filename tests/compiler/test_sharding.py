@@ -254,7 +254,7 @@ def test_small_batch_decode_attention_splits_the_cache(r1_decode_moe, batch, dp,
     assert p.hbm_read == pytest.approx(cache, rel=1e-12)
     assert p.flops == pytest.approx(p.full_flops * sequences / batch / sp, rel=1e-12)
     if batch in (1, 4):
-        # the brief's closed form: batch x kv_len x 1152 bytes / 16
+        # every socket holds 1/16 of the batch's cache: batch x kv_len x 1152 bytes / 16
         assert p.hbm_read == pytest.approx(batch * KV_LEN * 1152 / 16, rel=1e-12)
     # split-KV ends with partial results to combine; dp alone with each socket's sequences
     assert p.out_layout == ("P" if sp > 1 else "T")

@@ -20,7 +20,7 @@ from rdusim.report.tables import (
     to_csv,
     write_files,
 )
-from rdusim.serving.reproduce import Cell
+from rdusim.validation.cells import Cell
 from rdusim.spec.hardware import load_hardware, preset_path
 
 CELLS = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rdusim.calibration import with_calibration
+from rdusim.validation.calibrate import with_calibration
 from rdusim.compiler.compile import compile_mapping
 from rdusim.errors import SpecError
 from rdusim.serving.capacity import max_batch

@@ -472,7 +472,9 @@ def test_deepseek_sizes_above_their_limit_name_key_and_limit(key):
     assert f"{key}: Input should be less than or equal to {LIMITS[key]}" in text
 
 
-@pytest.mark.parametrize("value", ["1e29", "100000000000000000000000000000", "1e300"])
+@pytest.mark.parametrize(
+    "value", ["1e29", "100000000000000000000000000000", "1e300", "1" + "0" * 400]
+)
 def test_huge_layer_count_is_refused_quickly(edit_spec, model_file, value):
     spec = edit_spec(model_file("llama-3.1-8b"), {"num_hidden_layers": value})
     with pytest.raises(SpecError) as exc:
