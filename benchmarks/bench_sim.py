@@ -107,8 +107,7 @@ def main() -> None:
         if median > BUDGETS.get(label, float("inf")):
             over.append(f"{label}: {median:.3f} s > {BUDGETS[label]} s")
         print(
-            f"| {label} | {median:.3f} | {min(times):.3f} | "
-            f"{max(times):.3f} | {summary(report)} |"
+            f"| {label} | {median:.3f} | {min(times):.3f} | {max(times):.3f} | {summary(report)} |"
         )
     print(f"\ntotal wall time: {total:.2f} s\n")
     print("| routing expectation | ms per call |")

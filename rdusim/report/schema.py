@@ -115,7 +115,9 @@ def build_report(
         if result
         else None,
         "total_latency_s": total_latency,
-        "kernel_calls": result.kernel_calls if result else sum(lp.calls for lp in program.all_layers()),
+        "kernel_calls": result.kernel_calls
+        if result
+        else sum(lp.calls for lp in program.all_layers()),
         "kernel_call_time_s": result.kernel_call_time_s if result else None,
         "orchestration": program.orchestration,
         "kernel_looping": any(lp.looped for lp in program.layers.values()),

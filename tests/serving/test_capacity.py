@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from rdusim.validation.calibrate import with_calibration
 from rdusim.compiler.compile import compile_mapping
 from rdusim.errors import SpecError
 from rdusim.serving.capacity import max_batch
 from rdusim.spec.mapping import load_mapping
+from rdusim.validation.calibrate import with_calibration
 
 
 def _power_of_two(n: int) -> bool:

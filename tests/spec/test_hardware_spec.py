@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rdusim.validation.calibrate import FITTED_ON
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.hardware import PRESETS, Calibration, Hardware, load_hardware, preset_path
+from rdusim.validation.calibrate import FITTED_ON
 
 
 def preset_text(name: str = "sn40l-16") -> str:

@@ -346,9 +346,7 @@ def test_two_strategies_on_one_kernel(r1_mapping):
 # multi-token prediction, routing, orchestration, split-KV
 
 
-@pytest.mark.parametrize(
-    ("k", "a"), [(0, 0.8), (1, 0.8), (2, 0.8), (3, 0.5), (2, 1.0), (4, 0.0)]
-)
+@pytest.mark.parametrize(("k", "a"), [(0, 0.8), (1, 0.8), (2, 0.8), (3, 0.5), (2, 1.0), (4, 0.0)])
 def test_verified_mtp_accepts_a_geometric_sum(k, a):
     s = spec(phase="decode", mtp={"draft_tokens": k, "acceptance": a})
     expected = sum(a**i for i in range(k + 1))  # 1 + a + ... + a^k
@@ -357,9 +355,7 @@ def test_verified_mtp_accepts_a_geometric_sum(k, a):
 
 
 def test_two_drafts_at_80_percent_give_2_44(mappings_dir):
-    rm = load_mapping(
-        mappings_dir / "r1_decode.yaml", ["mtp.draft_tokens=2", "mtp.acceptance=0.8"]
-    )
+    rm = load_mapping(mappings_dir / "r1_decode.yaml", ["mtp.draft_tokens=2", "mtp.acceptance=0.8"])
     assert rm.spec.tokens_per_step == pytest.approx(2.44, rel=1e-12)
 
 
@@ -385,7 +381,7 @@ def test_bad_mtp(mtp):
 
 
 def test_top_level_tokens_per_step_points_to_mtp(r1_mapping):
-    path, text = r1_mapping(("batch: 1", "batch: 1\ntokens_per_step: 2.4"))
+    path, _ = r1_mapping(("batch: 1", "batch: 1\ntokens_per_step: 2.4"))
     with pytest.raises(SpecError) as info:
         load_mapping(path)
     assert "mtp" in info.value.problem
