@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.experts import ExpertLoading, Routing, expert_share
 from rdusim.spec.mapping import load_mapping
+from tests.compiler.oracles import capped_inclusion
 
 REPO = Path(__file__).resolve().parents[2]
 MAPPINGS = REPO / "mappings"
@@ -30,20 +31,6 @@ Z_TOL = 4.5
 def touched_fraction(tokens: float, experts: int = E, top_k: int = K) -> float:
     """P(a given expert receives at least one of n tokens), uniform routing: 1 - (1 - k/E)^n."""
     return 1.0 - (1.0 - top_k / experts) ** tokens
-
-
-def capped_inclusion(weights: list[float], top_k: int) -> list[float]:
-    """pi_i = min(1, c w_i) summing to top_k, with c found by bisection."""
-    lo, hi = 0.0, 1.0
-    while sum(min(1.0, hi * w) for w in weights) < top_k:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if sum(min(1.0, mid * w) for w in weights) < top_k:
-            lo = mid
-        else:
-            hi = mid
-    return [min(1.0, hi * w) for w in weights]
 
 
 def busiest_socket_samples(seed: int, tokens: int, trials: int) -> tuple[np.ndarray, np.ndarray]:

@@ -29,6 +29,7 @@ from rdusim.compiler.routing import (
     uniform_routing,
     zipf_routing,
 )
+from tests.compiler.oracles import capped_inclusion as oracle_capped
 
 E, K, G = 256, 8, 16  # DeepSeek-R1: 256 routed experts, 8 per token, EP over 16 sockets
 # Monte Carlo acceptance: |model - sample mean| <= Z_TOL standard errors (+ a stated bias).
@@ -39,20 +40,6 @@ Z_TOL = 4.5
 
 # --------------------------------------------------------------------------------------------
 # Oracles
-
-
-def oracle_capped(weights: list[float], top_k: int) -> list[float]:
-    """pi_i = min(1, c w_i) summing to top_k, with c found by plain bisection."""
-    lo, hi = 0.0, 1.0
-    while sum(min(1.0, hi * w) for w in weights) < top_k:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if sum(min(1.0, mid * w) for w in weights) < top_k:
-            lo = mid
-        else:
-            hi = mid
-    return [min(1.0, hi * w) for w in weights]
 
 
 def uniform_touched(experts: int, top_k: int, tokens: float) -> float:
