@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from ruamel.yaml import YAML
 
 from tests.conftest import line_with
 
@@ -130,12 +131,21 @@ def test_set_overrides_show_in_the_report(run_cli, mappings_dir):
 
 
 def test_set_batch_and_seq_len_in_decode(run_cli, mappings_dir):
-    report = map_json(run_cli, mappings_dir / "r1_decode.yaml", "batch=8", "seq_len=8192")
+    path = mappings_dir / "r1_decode.yaml"
+    mtp = YAML(typ="safe").load(path.read_text(encoding="utf-8"))["mtp"]
+    assert mtp == {"draft_tokens": 2, "acceptance": 0.8}
+    # each draft is accepted only if every earlier one was: 1 + a + a^2 tokens per step
+    tokens_per_step = 1 + 0.8 + 0.8**2
+    report = map_json(run_cli, path, "batch=8", "seq_len=8192")
     assert report["batch"] == 8 and report["seq_len"] == 8192
+    assert report["max_batch_size"] is None  # searched only with batch: max
     assert report["snapstream"]["kv_len"] == 2048
-    assert report["total_latency_s"] is not None and report["total_latency_s"] > 0
-    assert report["throughput_tokens_per_s"] is not None
-    assert report["throughput_tokens_per_s"] == pytest.approx(8 * 2.4 / report["total_latency_s"])
+    assert report["mtp"] == {"mode": "verify", "draft_tokens": 2, "verified_tokens": 3}
+    assert report["tokens_per_step"] == pytest.approx(tokens_per_step)
+    step = report["total_latency_s"]
+    assert step is not None and step > 0
+    assert report["throughput_tokens_per_s"] == pytest.approx(8 * tokens_per_step / step)
+    assert report["tpot_s"] == pytest.approx(step / tokens_per_step)
 
 
 def test_out_writes_the_json_report(run_cli, mappings_dir, tmp_path):

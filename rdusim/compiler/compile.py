@@ -9,7 +9,7 @@ from rdusim.compiler.allocate import allocate
 from rdusim.compiler.auto import auto_kernels
 from rdusim.compiler.collectives import Topology
 from rdusim.compiler.experts import ExpertLoading, Routing
-from rdusim.compiler.fusion import FusedKernel, fuse
+from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
 from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
 from rdusim.compiler.program import Kernel, LayerProgram, Program
 from rdusim.compiler.sharding import ShardContext, shard
@@ -170,7 +170,9 @@ def _layer_kernels(
         if spec.snapstream.enabled is False and spec.phase == "prefill"
         else set()
     )
-    return build_kernels(graph, fuse(graph, kspecs, kind, known), kind, wl, ctx)
+    fused = fuse(graph, kspecs, kind, known)
+    check_overrides(fused, kind, known)
+    return build_kernels(graph, fused, kind, wl, ctx)
 
 
 def _plan_looped(kernels: list[Kernel], hw: Hardware) -> None:

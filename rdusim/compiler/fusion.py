@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph
-from rdusim.spec.mapping import KernelSpec
+from rdusim.spec.mapping import KernelSpec, did_you_mean
 from rdusim.spec.yamlio import dotted
 
 
@@ -44,7 +44,8 @@ def fuse(
                     f"no op named {pattern!r} in the {kind} layer",
                     key=dotted(path),
                     path=path,
-                    fix="use an op name from `rdusim model MODEL --phase PHASE` (patterns like "
+                    fix=did_you_mean(pattern, known)
+                    + "use an op name from `rdusim model MODEL --phase PHASE` (patterns like "
                     "'q_*' are allowed)",
                 )
             for n in hits:
@@ -85,3 +86,44 @@ def fuse(
         for i, (k, ops) in enumerate(zip(kernels, placed, strict=True))
         if ops
     ]
+
+
+def check_overrides(fused: list[FusedKernel], kind: str, known_ops: set[str] | None = None) -> None:
+    """Every per-op override must match an op of its own kernel: one that matches nothing, or only
+    ops another kernel runs, would be ignored and leave the op with the kernel's sharding.
+
+    A pattern that matches only `known_ops` absent from the layer (SnapStream's, when it is
+    disabled) is kept for when they are present.
+    """
+    layer_ops = {n: fk for fk in fused for n in fk.ops}
+    absent = (known_ops or set()) - set(layer_ops)
+    for fk in fused:
+        for pattern in fk.spec.overrides:
+            if any(fnmatch.fnmatchcase(n, pattern) for n in fk.ops):
+                continue
+            if any(fnmatch.fnmatchcase(n, pattern) for n in absent):
+                continue
+            raise _stray_override(fk, kind, pattern, layer_ops)
+
+
+def _stray_override(
+    fk: FusedKernel, kind: str, pattern: str, layer_ops: dict[str, FusedKernel]
+) -> SpecError:
+    """The error for an override matching no op of its kernel: where those ops are, if anywhere."""
+    path = _where(kind, fk.index, "overrides", pattern)
+    own = ", ".join(fk.ops)
+    elsewhere = [n for n in layer_ops if fnmatch.fnmatchcase(n, pattern)]
+    if elsewhere:
+        where = ", ".join(f"{n} in {layer_ops[n].spec.name!r}" for n in elsewhere)
+        problem = (
+            f"override {pattern!r} matches only ops of other kernels ({where}), "
+            f"none of kernel {fk.spec.name!r}"
+        )
+        fix = (
+            did_you_mean(pattern, fk.ops)
+            + f"move the override to that kernel, or key it by an op of this kernel: {own}"
+        )
+    else:
+        problem = f"override {pattern!r} matches no op of kernel {fk.spec.name!r}"
+        fix = did_you_mean(pattern, fk.ops) + f"key it by an op of this kernel: {own}"
+    return SpecError(problem, key=dotted(path), path=path, fix=fix)

@@ -196,7 +196,8 @@ def to_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def cell_record(c: Cell) -> dict[str, Any]:
-    return c.as_dict() | {"status": status(c)}
+    """A cell as a CSV/JSON row: the comparison's own keys plus the table's column names."""
+    return c.as_dict() | {"item": c.item, "within_tolerance": c.within, "status": status(c)}
 
 
 def cells_csv(cells: Iterable[Cell]) -> str:

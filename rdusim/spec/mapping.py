@@ -7,6 +7,8 @@ their sharding and tiling; `kernels: auto` asks the auto-mapper.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -23,12 +25,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from rdusim.errors import SpecError
+from rdusim.errors import SpecError, SpecErrors
 from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 from rdusim.spec.base import Strict
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.model import ModelSpec, load_model_config
-from rdusim.spec.yamlio import line_of, parse_value, read_document, to_plain, validate
+from rdusim.spec.yamlio import dotted, line_of, parse_value, read_document, to_plain, validate
 
 Degree = Annotated[int, Field(gt=0, le=1024)]
 
@@ -362,6 +364,43 @@ class ResolvedMapping:
     expert_loads: tuple[float, ...] = ()  # moe.routing histogram, read from its file
 
 
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate `word` was most likely meant to be, if any is close enough to say so."""
+    hits = difflib.get_close_matches(word, sorted(set(candidates)), n=1, cutoff=0.6)
+    return hits[0] if hits else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """`"did you mean 'x'? "` for the closest candidate, or nothing: a prefix for a fix text."""
+    best = closest(word, candidates)
+    return f"did you mean {best!r}? " if best else ""
+
+
+def settable_paths(model: type[BaseModel] = MappingSpec, prefix: str = "") -> list[str]:
+    """Every dotted path `--set` accepts: the fields of the mapping, and of its sections."""
+    paths: list[str] = []
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        paths.append(path)
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            paths.extend(settable_paths(ann, f"{path}."))
+    return paths
+
+
+def _unknown_path(key: str, file: str) -> SpecError:
+    """The error for a `--set` path that names no field, with the nearest valid path."""
+    fields = "seq_len, batch, phase, orchestration, mtp.draft_tokens, snapstream.enabled"
+    if key.split(".", 1)[0] == "kernels":
+        fix = (
+            "--set reaches kernels only as a whole (--set kernels=auto): edit the kernels: "
+            f"section in a copy of the mapping file; --set takes fields such as {fields}"
+        )
+    else:
+        fix = did_you_mean(key, settable_paths()) + f"use a field of the mapping, e.g. {fields}"
+    return SpecError(f"unknown mapping field {key!r}", file=file, key=f"--set {key}", fix=fix)
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> dict[str, Any]:
     """Apply `--set key.path=value` overrides to plain mapping data, checking every path."""
     for item in overrides:
@@ -375,14 +414,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> di
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
         if not _known_path(parts):
-            raise SpecError(
-                f"unknown mapping field {key!r}",
-                file=file,
-                key=f"--set {key}",
-                fix="use a field of the mapping, e.g. seq_len, batch, phase, hardware, "
-                "orchestration, kernel_looping, mtp.draft_tokens, mtp.acceptance, "
-                "moe.expert_loading, snapstream.enabled, snapstream.kv_len",
-            )
+            raise _unknown_path(key.strip(), file)
         node = data
         for p in parts[:-1]:
             node = node.setdefault(p, {})
@@ -393,17 +425,33 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> di
 
 
 def _known_path(parts: list[str]) -> bool:
-    model: Any = MappingSpec
-    for i, p in enumerate(parts):
-        fields = getattr(model, "model_fields", None)
-        if fields is None or p not in fields:
-            return False
-        ann = fields[p].annotation
-        if i < len(parts) - 1:
-            if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
-                return False
-            model = ann
-    return True
+    return ".".join(parts) in settable_paths()
+
+
+def check_layer_kinds(spec: MappingSpec, model: ModelSpec, file: str, doc: Any) -> None:
+    """Every kind under `kernels:` must be one of the model's layer kinds: a misspelt kind would
+    otherwise be ignored, and its layers mapped by nothing the user wrote."""
+    if not isinstance(spec.kernels, dict):
+        return
+    kinds = {model.layer_kind(i) for i in range(model.num_hidden_layers)}
+    if getattr(model, "num_nextn_predict_layers", 0):
+        kinds.add("moe")  # the MTP module's decoder layer is mapped as a MoE layer
+    listed = ", ".join(sorted(kinds))
+    errors = [
+        SpecError(
+            f"{model.name} has no {kind!r} layers (its layer kinds: {listed})",
+            file=file,
+            key=dotted(("kernels", kind)),
+            line=line_of(doc, ("kernels", kind)),
+            fix=did_you_mean(kind, kinds) + f"key kernels by a layer kind of the model: {listed}",
+        )
+        for kind in spec.kernels
+        if kind not in kinds
+    ]
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise SpecErrors(errors)
 
 
 def load_mapping(path: str | Path, overrides: list[str] | None = None) -> ResolvedMapping:
@@ -442,6 +490,7 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
         raise
     model = load_model_config(model_path)
     _check_workload(spec, model, file, doc)
+    check_layer_kinds(spec, model, file, doc)
     loads = _expert_loads(spec, model, base, file, doc)
     return ResolvedMapping(spec, model, hardware, Source(file, doc), loads)
 

@@ -400,3 +400,59 @@ def test_a_layer_kind_without_kernels_is_located(tmp_path):
     err = info.value
     assert err.key == "kernels" and err.file == str(path)
     assert "dense" in err.problem and err.line == text.splitlines().index("kernels:") + 1
+
+
+def line_of_text(text: str, needle: str) -> int:
+    """1-based number of the first line of `text` containing `needle`."""
+    return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+def test_a_misspelt_override_is_located_with_a_suggestion(r1_mapping):
+    path, text = r1_mapping(
+        (
+            "      tiling: {kv_block: 8192}",
+            "      overrides: {atention: {tp: 8}}\n      tiling: {kv_block: 8192}",
+        )
+    )
+    with pytest.raises(SpecError) as info:
+        compile_mapping(load_mapping(path, ["seq_len=8192"]))
+    err = info.value
+    assert err.key == "kernels.moe[3].overrides.atention" and err.file == str(path)
+    assert err.line == line_of_text(text, "atention")
+    assert (err.fix or "").startswith("did you mean 'attention'?")
+
+
+def test_an_override_of_an_op_in_another_kernel_is_located(r1_mapping):
+    path, text = r1_mapping(
+        (
+            "      ops: [o_proj]\n      sharding: {tp: 16}",
+            "      ops: [o_proj]\n      sharding: {tp: 16}\n      overrides:\n"
+            "        attn_residual: {tp: 8}",
+        )
+    )
+    with pytest.raises(SpecError) as info:
+        compile_mapping(load_mapping(path, ["seq_len=8192"]))
+    err = info.value
+    assert err.key == "kernels.moe[4].overrides.attn_residual"
+    assert err.line == line_of_text(text, "attn_residual: {tp: 8}")
+    assert "attn_residual in 'Router'" in err.problem
+
+
+def test_snapstream_overrides_are_kept_while_snapstream_is_off(r1_mapping):
+    path, _ = r1_mapping(
+        (
+            '      ops: ["snapkv_*"]\n      sharding: {tp: 16}',
+            '      ops: ["snapkv_*"]\n      sharding: {tp: 16}\n      overrides: {snapkv_qk: {tp: 8}}',
+        )
+    )
+    program = compile_mapping(load_mapping(path, ["seq_len=8192", "snapstream.enabled=false"]))
+    assert "SnapKV Compression" not in [k.name for k in program.layers["moe"].kernels]
+    on = compile_mapping(load_mapping(path, ["seq_len=8192"]))
+    snapkv = next(k for k in on.layers["moe"].kernels if k.name == "SnapKV Compression")
+    assert snapkv.op("snapkv_qk").degree == 8
+
+
+def test_shipped_overrides_all_match_their_kernels():
+    rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["batch=16"])
+    mla = compile_mapping(rm).layers["moe"].kernels[0]
+    assert {mla.op(n).strategy for n in ("q_absorb", "attention", "v_absorb")} == {"dp"}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from rdusim.compiler.fusion import fuse
+from rdusim.compiler.fusion import check_overrides, fuse
 from rdusim.errors import SpecError
 from rdusim.ir.builders import deepseek
 from rdusim.snapstream.config import SnapStreamConfig
-from rdusim.spec.mapping import KernelSpec
+from rdusim.spec.mapping import KernelSpec, Sharding
 
 SS = SnapStreamConfig(sink=128, recent=448, topk=448, obs_window=128, pool_kernel=7)
 
@@ -134,3 +134,84 @@ def test_known_names_do_not_excuse_real_typos(moe, moe_plain):
     with pytest.raises(SpecError) as info:
         fuse(moe_plain, kernels, "moe", known)
     assert info.value.key == "kernels.moe[6].ops[2]"
+    assert (info.value.fix or "").startswith("did you mean 'ffn_residual'?")
+
+
+# --------------------------------------------------------------------------------------------
+# unknown names: a suggestion from the names that exist
+
+
+def test_an_unknown_op_suggests_the_closest_name(moe):
+    kernels = paper_kernels()
+    kernels[3] = K("MHA", "atention")
+    with pytest.raises(SpecError) as info:
+        fuse(moe, kernels, "moe")
+    err = info.value
+    assert err.key == "kernels.moe[3].ops[0]"
+    assert (err.fix or "").startswith("did you mean 'attention'?")
+
+
+def test_an_unknown_op_suggests_a_known_but_absent_name(moe, moe_plain):
+    known = set(moe.ops) - set(moe_plain.ops)
+    kernels = [*paper_kernels(), K("late", "snapkv_topc")]
+    with pytest.raises(SpecError) as info:
+        fuse(moe_plain, kernels, "moe", known)
+    assert "did you mean 'snapkv_topk'?" in (info.value.fix or "")
+
+
+def test_a_typo_far_from_every_op_gets_no_suggestion(moe):
+    kernels = [*paper_kernels(), K("late", "zzzz")]
+    with pytest.raises(SpecError) as info:
+        fuse(moe, kernels, "moe")
+    assert "did you mean" not in (info.value.fix or "")
+
+
+def with_overrides(kernels: list[KernelSpec], i: int, **overrides: dict) -> list[KernelSpec]:
+    kernels = list(kernels)
+    kernels[i] = kernels[i].model_copy(
+        update={"overrides": {k: Sharding(**v) for k, v in overrides.items()}}
+    )
+    return kernels
+
+
+def test_overrides_of_the_kernels_own_ops_pass(moe):
+    kernels = with_overrides(paper_kernels(), 0, q_a_proj={"tp": 8}, **{"rope_*": {"tp": 4}})
+    check_overrides(fuse(moe, kernels, "moe"), "moe")
+
+
+def test_an_override_matching_no_op_is_refused_with_a_suggestion(moe):
+    kernels = with_overrides(paper_kernels(), 3, atention={"tp": 8})
+    with pytest.raises(SpecError) as info:
+        check_overrides(fuse(moe, kernels, "moe"), "moe")
+    err = info.value
+    assert err.key == "kernels.moe[3].overrides.atention"
+    assert err.path == ("kernels", "moe", 3, "overrides", "atention")
+    assert "'atention'" in err.problem and "'MHA'" in err.problem
+    assert (err.fix or "").startswith("did you mean 'attention'?")
+
+
+def test_an_override_of_another_kernels_op_names_that_kernel(moe):
+    kernels = with_overrides(paper_kernels(), 3, o_proj={"tp": 8})
+    with pytest.raises(SpecError) as info:
+        check_overrides(fuse(moe, kernels, "moe"), "moe")
+    err = info.value
+    assert err.key == "kernels.moe[3].overrides.o_proj"
+    assert "o_proj in 'Output Proj'" in err.problem
+    assert "attention" in (err.fix or "")
+
+
+def test_an_override_suggests_only_the_kernels_own_ops(moe):
+    # `shared_down_proj` is in the MoE FFN kernel; the Router's closest op is `router_topk`
+    kernels = with_overrides(paper_kernels(), 5, router_tpk={"tp": 8})
+    with pytest.raises(SpecError) as info:
+        check_overrides(fuse(moe, kernels, "moe"), "moe")
+    assert (info.value.fix or "").startswith("did you mean 'router_topk'?")
+
+
+def test_an_override_of_snapstream_ops_waits_while_they_are_absent(moe, moe_plain):
+    known = set(moe.ops) - set(moe_plain.ops)
+    kernels = with_overrides(paper_kernels(), 0, **{"snapkv_*": {"tp": 8}})
+    check_overrides(fuse(moe_plain, kernels, "moe", known), "moe", known)
+    # with SnapStream's ops present, they run in another kernel
+    with pytest.raises(SpecError, match="snapkv_qk in 'SnapKV Compression'"):
+        check_overrides(fuse(moe, kernels, "moe"), "moe")

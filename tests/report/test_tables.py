@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,15 @@ from rdusim.report.tables import (
     format_param,
     patch_calibration,
     render_comparison,
+    render_fit_statistics,
+    render_null_summary,
+    render_params,
     render_sweep,
     to_csv,
     write_files,
 )
-from rdusim.validation.cells import Cell
 from rdusim.spec.hardware import load_hardware, preset_path
+from rdusim.validation.cells import Cell
 
 CELLS = [
     Cell("table4", "MHA", 69.7, 69.4, 3.0, "%", True),
@@ -46,6 +50,91 @@ def test_comparison_marks_ok_and_fail() -> None:
         assert header in text.splitlines()[2]
 
 
+def test_comparison_shows_null_model_errors_of_predicted_cells() -> None:
+    cells = [
+        Cell(
+            "table5",
+            "64K throughput (SnapStream)",
+            3600.0,
+            4000.0,
+            400.0,
+            "tokens/s",
+            False,
+            null_constant=3800.0,
+            null_roofline=9000.0,
+        ),
+        Cell(
+            "table5",
+            "128K throughput (SnapStream)",
+            1800.0,
+            1800.0,
+            180.0,
+            "tokens/s",
+            True,
+            null_constant=1700.0,
+            null_roofline=4000.0,
+        ),
+    ]
+    text = render_comparison(cells)
+    header = text.splitlines()[0]
+    assert "null: const" in header and "null: roofline" in header
+    predicted, fitted = (
+        re.split(r"\s{2,}", line.strip()) for line in text.splitlines() if "throughput" in line
+    )
+    assert predicted[-3:] == ["ok", "-5.0%", "+125.0%"]  # 3800/4000 - 1, 9000/4000 - 1
+    assert fitted[-1] == "ok"  # a fitted cell is no test of the null models
+
+
+@pytest.mark.parametrize(
+    ("rdusim", "verdict"),
+    [(0.01, "rdusim beats both null models"), (0.03, "rdusim does NOT beat the constant step")],
+)
+def test_null_summary_verdict(rdusim: float, verdict: str) -> None:
+    summary = {
+        "cells": 7,
+        "sse_rdusim": rdusim,
+        "sse_null_constant": 0.02,
+        "sse_null_roofline": 9.0,
+        "beats_null_constant": rdusim < 0.02,
+        "beats_null_roofline": rdusim < 9.0,
+        "beats_both": rdusim < 0.02,
+    }
+    text = render_null_summary(summary)
+    assert "7 predicted Table 5 cells" in text
+    assert f"rdusim {rdusim:.4f}" in text and "constant step 0.0200" in text
+    assert text.rstrip().endswith(verdict)
+    if "NOT" in verdict:
+        assert "roofline" not in text.split("does NOT beat")[1]
+
+
+def test_fit_statistics_and_parameter_table() -> None:
+    names = ["gemm_efficiency", "attention_efficiency", "software_call_s"]
+    fit = {
+        "parameter_order": names,
+        "correlation": [[1.0, 0.83, -0.03], [0.83, 1.0, -0.07], [-0.03, -0.07, 1.0]],
+        "condition_number": 3.28,
+        "identifiable": True,
+    }
+    text = render_fit_statistics(fit)
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines()[2:5]}
+    assert rows["gemm_efficiency"] == ["+1.00", "+0.83", "-0.03"]
+    assert rows["software_call_s"] == ["-0.03", "-0.07", "+1.00"]
+    assert text.rstrip().endswith("condition number 3.28: identifiable")
+    assert "NOT identifiable" in render_fit_statistics(fit | {"identifiable": False})
+
+    params = render_params(
+        {"gemm_efficiency": 0.5, "software_call_s": 4e-4},
+        {"gemm_efficiency": 0.4, "software_call_s": 4e-4},
+        {"gemm_efficiency": "fitted: Table 4"},
+        {"gemm_efficiency": 0.04, "software_call_s": 1e-4},
+    )
+    header, _, gemm, call = params.splitlines()
+    assert header.split()[:5] == ["parameter", "before", "after", "stderr", "change"]
+    assert gemm.split()[1:5] == ["0.5", "0.4", "±10%", "-20.0%"]
+    assert "fitted: Table 4" in gemm
+    assert call.split()[1:5] == ["4.000e-04", "4.000e-04", "±25%", "+0.0%"]
+
+
 def test_cells_csv_and_json() -> None:
     rows = list(csv.DictReader(io.StringIO(cells_csv(CELLS))))
     assert tuple(rows[0]) == CELL_COLUMNS
@@ -55,7 +144,12 @@ def test_cells_csv_and_json() -> None:
     assert [r["status"] for r in rows] == ["fitted", "predicted", "predicted", "fitted"]
     data = json.loads(cells_json(CELLS, table="table4", hardware="x"))
     assert data["table"] == "table4" and data["hardware"] == "x"
-    assert data["cells"][2]["within_tolerance"] is False
+    # every CSV column is in the JSON record, with the same value
+    for record, row in zip(data["cells"], rows, strict=True):
+        for column, text in row.items():
+            value = record[column]
+            shown = {True: "true", False: "false", None: ""}.get(value, value)
+            assert str(shown) == text or float(text) == pytest.approx(value), column
     assert data["cells"][2]["deviation"] == pytest.approx(166.0)
 
 
@@ -80,22 +174,22 @@ socket:
 calibration:
   # Fitted on: Table 4.
   gemm_efficiency: 0.513   # trailing comment
-  kernel_launch_s: 3.21e-4
+  software_call_s: 3.21e-4
 links:
-  kernel_launch_s: 5
+  software_call_s: 5
 """
 
 
 def test_patch_calibration_edits_only_the_calibration_values() -> None:
-    out = patch_calibration(YAML, {"gemm_efficiency": "0.6", "kernel_launch_s": "4.000e-04"})
+    out = patch_calibration(YAML, {"gemm_efficiency": "0.6", "software_call_s": "4.000e-04"})
     assert out == YAML.replace("0.513   #", "0.6   #").replace("3.21e-4", "4.000e-04")
     crlf = patch_calibration(YAML.replace("\n", "\r\n"), {"gemm_efficiency": "0.6"})
     assert crlf.count("\r\n") == YAML.count("\n") and "0.6   # trailing comment\r\n" in crlf
 
 
 def test_patch_calibration_missing_key() -> None:
-    with pytest.raises(KeyError, match="p2p_efficiency"):
-        patch_calibration(YAML, {"p2p_efficiency": "1.0"})
+    with pytest.raises(KeyError, match="hardware_call_s"):
+        patch_calibration(YAML, {"hardware_call_s": "2.6e-05"})
 
 
 def test_patch_shipped_preset_keeps_every_comment(tmp_path: Path) -> None:

@@ -378,3 +378,41 @@ def test_chained_iterations_prefetch_weights():
     # the first tile's weights, then every iteration's compute back to back
     assert three == pytest.approx(load / n + 3 * compute, rel=1e-9)
     assert one == pytest.approx(load / n + compute, rel=1e-9)
+
+
+def test_a_blocking_stage_waits_for_every_tile_of_its_input():
+    """Stage 2 blocking behind a slow stage 1: it starts only after stage 1's last tile, then
+    runs all of its tiles (n tau1 + n tau2); a stage that waited for one tile would finish at
+    tau1 + n tau2 instead."""
+    _, hw = compiled(*PREFILL)
+    n = 6
+    k = chain_kernel([5e12, 1e12], [0.0, 0.0], [0.0, 0.0], n, 0.0, blocking=1)
+    t = simulate_pipeline(k, hw, trace=True)
+    rate = 64 * hw.socket.flops_per_pcu * hw.calibration.gemm_efficiency
+    tau1, tau2 = 5e12 / n / rate, 1e12 / n / rate
+    assert t.pipeline_s == pytest.approx(n * tau1 + n * tau2, rel=1e-9)
+    first = min(s.start for s in t.slices if s.track == "op" and s.name == "op1")
+    assert first == pytest.approx(n * tau1, rel=1e-9)
+
+
+def test_each_stage_is_labelled_by_what_limits_it():
+    """compute: more time computing than on HBM; hbm: the reverse (reads or writes); input:
+    neither, it only waits for its producer."""
+    _, hw = compiled(*PREFILL)
+    rate = 64 * hw.socket.flops_per_pcu * hw.calibration.gemm_efficiency
+    ms = 1e-3
+    # (compute s, read s, write s) per stage
+    stages = [(2 * ms, 1 * ms, 0.0), (0.5 * ms, 3 * ms, 0.0), (0.0, 0.0, 0.0), (0.0, 0.0, 2 * ms)]
+    k = chain_kernel(
+        [c * rate for c, _, _ in stages],
+        [r * hbm_rate(hw) for _, r, _ in stages],
+        [w * hbm_rate(hw) for _, _, w in stages],
+        8,
+        0.0,
+        blocking=-1,
+    )
+    t = simulate_pipeline(k, hw)
+    assert [o.bound for o in t.ops] == ["compute", "hbm", "input", "hbm"]
+    for o, (c, r, w) in zip(t.ops, stages, strict=True):
+        assert o.busy_s == pytest.approx(c, rel=1e-9, abs=1e-15)
+        assert o.hbm_s == pytest.approx(r + w, rel=1e-9, abs=1e-15)

@@ -469,3 +469,85 @@ def test_sizes_have_limits(key, value):
     with pytest.raises(ValidationError) as info:
         spec(**{key: value})
     assert "at most" in str(info.value) or "less than" in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# unknown names: located, with the closest valid name
+
+
+def test_a_misspelt_layer_kind_is_located_with_a_suggestion(r1_mapping):
+    path, text = r1_mapping(("\n  moe:\n", "\n  moe_x:\n"))
+    with pytest.raises(SpecError) as info:
+        load_mapping(path)
+    err = info.value
+    assert (err.file, err.key, err.line) == (str(path), "kernels.moe_x", line_with(text, "moe_x:"))
+    assert "'moe_x'" in err.problem and "dense, moe" in err.problem
+    assert (err.fix or "").startswith("did you mean 'moe'?")
+
+
+def test_a_layer_kind_the_model_lacks_is_refused(tmp_path, mappings_dir, models_dir):
+    text = (mappings_dir / "llama31_8b_prefill.yaml").read_text(encoding="utf-8")
+    text = text.replace("../models/", f"{models_dir}/") + "  moe:\n    - {name: X, ops: ['*']}\n"
+    path = tmp_path / "l8.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_mapping(path)
+    err = info.value
+    assert (err.key, err.line) == ("kernels.moe", len(text.splitlines()) - 1)
+    assert "layer kinds: dense" in err.problem and "did you mean" not in (err.fix or "")
+
+
+def test_every_misspelt_layer_kind_is_reported(r1_mapping):
+    from rdusim.errors import SpecErrors
+
+    path, _ = r1_mapping(("\n  moe:\n", "\n  mo:\n"), ("\n  dense:\n", "\n  dens:\n"))
+    with pytest.raises(SpecErrors) as info:
+        load_mapping(path)
+    keys = [(e.key, (e.fix or "").split("?")[0]) for e in info.value.errors]
+    assert keys == [("kernels.mo", "did you mean 'moe'"), ("kernels.dens", "did you mean 'dense'")]
+
+
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("seqlen", "seq_len"),
+        ("snapstream.enable", "snapstream.enabled"),
+        ("mtp.draft_token", "mtp.draft_tokens"),
+        ("moe.routing.distribtion", "moe.routing.distribution"),
+        ("moe.expert_load", "moe.expert_loading"),
+        ("orchestraton", "orchestration"),
+    ],
+)
+def test_an_unknown_set_path_suggests_the_closest_field(key, meant):
+    with pytest.raises(SpecError) as info:
+        apply_overrides({}, [f"{key}=1"], "m.yaml")
+    err = info.value
+    assert err.key == f"--set {key}" and err.file == "m.yaml"
+    assert (err.fix or "").startswith(f"did you mean {meant!r}?")
+
+
+def test_set_paths_inside_kernels_say_set_cannot_reach_them():
+    with pytest.raises(SpecError) as info:
+        apply_overrides({}, ["kernels.moe.0.tiling.kv_block=4096"], "m.yaml")
+    fix = info.value.fix or ""
+    assert "kernels=auto" in fix and "copy of the mapping" in fix and "did you mean" not in fix
+    assert apply_overrides({}, ["kernels=auto"], "m.yaml") == {"kernels": "auto"}
+
+
+def test_settable_paths_are_the_fields_of_the_mapping_and_its_sections():
+    from rdusim.spec.mapping import MoeSpec, MtpSpec, RoutingSpec, SnapStreamSpec, settable_paths
+
+    paths = set(settable_paths())
+    sections = {
+        "mtp": MtpSpec,
+        "moe": MoeSpec,
+        "moe.routing": RoutingSpec,
+        "snapstream": SnapStreamSpec,
+    }
+    expected = set(MappingSpec.model_fields)
+    for prefix, model in sections.items():
+        expected |= {f"{prefix}.{name}" for name in model.model_fields}
+    assert paths == expected
+    assert {"moe.routing.exponent", "snapstream.obs_window", "kernel_looping"} <= paths
+    for path in paths:  # every one of them is accepted by --set
+        apply_overrides({}, [f"{path}=1"], "m.yaml")
