@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rdusim.compiler.program import HBMPlan, Kernel, LayerProgram
-from rdusim.compiler.sharding import cache_share
+from rdusim.compiler.sharding import cache_share, kv_input_share
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph, TensorKind, Workload
 from rdusim.ir.model import cache_bytes
@@ -40,10 +40,16 @@ def plan_sram(kernel: Kernel, graph: Graph, wl: Workload, hw: Hardware) -> None:
             # flash-style: a query tile, a double-buffered K/V block and one score tile in flight
             heads = op.attrs["heads"] / max(p.degree, 1)
             block = kernel.kv_block or wl.kv
-            dims = op.attrs["qk_dim"] + op.attrs["v_dim"]
             act = graph.tensors[op.inputs[0]].dtype_bytes
             q_tile = kernel.tile_tokens * heads * op.attrs["qk_dim"] * act
-            kv = 2 * block * heads * dims * act
+            # one position of every K/V input this socket holds (a rope key shared by all heads
+            # is held once), double-buffered
+            env = Workload(1, 1, 1).env()
+            row = sum(
+                graph.tensors[t].nbytes(env) * kv_input_share(graph, t, p.strategy, 1 / p.degree)
+                for t in op.inputs[1:]
+            )
+            kv = 2 * block * row
             scores = kernel.tile_tokens * block * act
             buf = 2 * q_tile + kv + scores + 2 * p.stream_out / tiles
         elif p.blocking and p.stream_in > SPILL_FRACTION * hw.socket.sram_bytes:

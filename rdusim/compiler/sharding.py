@@ -321,7 +321,17 @@ def _input_traffic(
     return hbm_read, stream_in
 
 
-def _flash_reread(graph: Graph, op: Op, kv_block: int | None, frac: float, wl: Workload) -> float:
+def kv_input_share(graph: Graph, tensor: str, strategy: str, frac: float) -> float:
+    """Fraction of an attention K/V input one socket holds: a head split divides tensors with a
+    heads axis, while a key shared by every head (MLA's rope key) stays whole."""
+    if strategy == "tp" and len(graph.tensors[tensor].shape) < 4:
+        return 1.0
+    return frac
+
+
+def _flash_reread(
+    graph: Graph, op: Op, sh: OpSharding, kv_block: int | None, frac: float, wl: Workload
+) -> float:
     """Flash-style prefill attention re-reads the K/V blocks for each query block (causal: about
     half of them)."""
     if not (op.kind == "attention" and op.attrs.get("causal") and wl.seq > 1):
@@ -330,7 +340,10 @@ def _flash_reread(graph: Graph, op: Op, kv_block: int | None, frac: float, wl: W
     nb = math.ceil(wl.seq / block)
     if nb <= 1:
         return 0.0
-    kv_in = sum(graph.tensors[t].nbytes(wl.env()) for t in op.inputs[1:]) * frac
+    kv_in = sum(
+        graph.tensors[t].nbytes(wl.env()) * kv_input_share(graph, t, sh.strategy, frac)
+        for t in op.inputs[1:]
+    )
     return kv_in * ((nb + 1) / 2 - 1)
 
 
@@ -376,7 +389,7 @@ def _plan_op(
         cache_read = costs.bytes_read(op, graph, wl) * share
         if op.kind in ("gather", "gemm"):
             hbm_read = 0.0  # the read shape replaces the whole-tensor reads
-    hbm_read += _flash_reread(graph, op, ctx.kv_blocks.get(fk.spec.name), frac, wl)
+    hbm_read += _flash_reread(graph, op, sh, ctx.kv_blocks.get(fk.spec.name), frac, wl)
     out_bytes = sum(graph.tensors[t].nbytes(wl.env()) for t in op.outputs)
     if "write_shape" in op.attrs:
         out_bytes = costs.bytes_written(op, graph, wl)
