@@ -420,7 +420,8 @@ def non_finite(node: Any, path: str = "") -> Iterator[str]:
             yield from non_finite(v, f"{path}[{i}]")
 
 
-def run_case(case: Case, directory: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def run_case(case: Case, directory: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """Run the case and check it ends cleanly; its exit code and stderr."""
     for name, data in case.files.items():
         (directory / name).write_bytes(data)
     args = [a.replace("{dir}", str(directory)) for a in case.args]
@@ -437,25 +438,13 @@ def run_case(case: Case, directory: Path, capsys: pytest.CaptureFixture[str]) ->
     else:
         assert code == 2, f"{where}\n  exit {code}: {err}"
         assert err.startswith(("rdusim: error:", "usage:")), f"{where}\n  stderr: {err!r:.300}"
+    return code, err
 
 
-# Failures that come from code outside the input layer (compiler, simulator, the mapping and
-# hardware specs), recognised by the case's command or mutation. Each is listed with an input that
-# reproduces it; remove an entry once its cause is fixed (the cases then pass as XPASS).
-TINY_HARDWARE_REASON = (
-    "a hardware bandwidth or efficiency of 1e-300 passes rdusim/spec/hardware.py (gt=0) and "
-    "becomes inf/NaN latencies in the report, or a ValueError in rdusim/compiler/allocate.py; "
-    "the hardware spec needs realistic lower bounds"
-)
-
-
-def _tiny_hardware_value(case: Case) -> bool:
-    return case.kind == "map-hardware" and any("1e-300" in note for note in case.notes)
-
-
-KNOWN_FAILURES: list[tuple[Callable[[Case], bool], str]] = [
-    (_tiny_hardware_value, TINY_HARDWARE_REASON),
-]
+# Failures that come from code outside the input layer, recognised by the case's command or
+# mutation, each with an input that reproduces it: none are known. Add an entry (a predicate and a
+# reason) to mark such cases as expected failures while their cause is being fixed.
+KNOWN_FAILURES: list[tuple[Callable[[Case], bool], str]] = []
 
 
 def _check(number: int, tmp_path: Path, capsys: pytest.CaptureFixture[str], request: Any) -> None:
@@ -483,7 +472,6 @@ def test_fuzz_more(
     _check(number, tmp_path, capsys, request)
 
 
-@pytest.mark.xfail(strict=False, reason=TINY_HARDWARE_REASON)
 @pytest.mark.parametrize(
     ("path", "mapping", "sets"),
     [
@@ -500,7 +488,8 @@ def test_tiny_hardware_quantity(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The failing inputs the fuzzer found, kept as reproducers (sn40l-16 with one value 1e-300)."""
+    """Inputs the fuzzer once found crashing the run (sn40l-16 with one value 1e-300): the hardware
+    spec now refuses them, with the key named."""
     data = _load(HARDWARE_DIR / "sn40l-16.yaml")
     _parent(data, path)[path[-1]] = 1e-300
     case = Case(
@@ -510,7 +499,8 @@ def test_tiny_hardware_quantity(
         notes=[f"{path} = 1e-300 in sn40l-16"],
     )
     case.args += [a for s in sets for a in ("--set", s)]
-    run_case(case, tmp_path, capsys)
+    code, err = run_case(case, tmp_path, capsys)
+    assert code == 2 and ".".join(path) in err, err
 
 
 def test_cases_are_reproducible_and_varied() -> None:
