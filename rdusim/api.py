@@ -13,7 +13,7 @@ from typing import Any
 
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
-from rdusim.errors import SpecError
+from rdusim.errors import InfeasibleError, SpecError
 from rdusim.report.schema import build_report
 from rdusim.serving.capacity import max_batch
 from rdusim.sim.model import SimResult, simulate
@@ -62,7 +62,7 @@ def run_mapping(
                     capacity_batch = max_batch(rm)[0]
                 except SpecError:
                     capacity_batch = None
-            raise SpecError(
+            raise InfeasibleError(
                 f"batch {program.workload.batch} needs {hbm.used / 1e9:.1f} GB of HBM per socket "
                 f"(weights {hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}, workspace "
                 f"{hbm.workspace / 1e9:.1f}); {hbm.capacity / 1e9:.1f} GB are usable",

@@ -58,8 +58,9 @@ class SpecError(RdusimError):
         return text
 
     def located(self, file: str | None = None, line: int | None = None) -> SpecError:
-        """A copy of this error with the file (and line) filled in where missing."""
-        return SpecError(
+        """A copy of this error (of the same class) with the file and line filled in where
+        missing."""
+        return type(self)(
             self.problem,
             file=self.file or file,
             key=self.key,
@@ -67,6 +68,12 @@ class SpecError(RdusimError):
             fix=self.fix,
             path=self.path,
         )
+
+
+class InfeasibleError(SpecError):
+    """A well-formed request that does not fit the machine or the workload: a batch over HBM, a
+    kernel over SRAM, a cache longer than the prompt. A sweep records such a point as infeasible
+    and goes on; any other user error stops it."""
 
 
 class SpecErrors(RdusimError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rdusim.compiler.program import HBMPlan, Kernel, LayerProgram
 from rdusim.compiler.sharding import cache_share, kv_input_share
-from rdusim.errors import SpecError
+from rdusim.errors import InfeasibleError
 from rdusim.ir.graph import Graph, TensorKind, Workload
 from rdusim.ir.model import cache_bytes
 from rdusim.spec.hardware import Hardware
@@ -72,7 +72,7 @@ def check_sram(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> No
         path: tuple[str | int, ...] = (
             ("kernels", kind, index, "tiling") if index is not None else ()
         )
-        raise SpecError(
+        raise InfeasibleError(
             f"kernel {kernel.name!r} needs {kernel.sram_bytes / 1e6:.0f} MB of SRAM per socket, "
             f"more than the {hw.socket.sram_bytes / 1e6:.0f} MB a socket has",
             key=f"kernels.{kind}[{index}].tiling" if index is not None else None,

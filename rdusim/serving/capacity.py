@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
-from rdusim.errors import SpecError
+from rdusim.errors import InfeasibleError, SpecError
 from rdusim.spec.mapping import ResolvedMapping
 
 MAX_BATCH = 1 << 16
@@ -33,7 +33,7 @@ def max_batch(rm: ResolvedMapping) -> tuple[int, Program]:
         b *= 2
     if best is None:
         prog = compile_mapping(rm, batch=1)
-        raise SpecError(
+        raise InfeasibleError(
             f"not even batch 1 fits: {prog.hbm.used / 1e9:.1f} GB needed per socket, "
             f"{prog.hbm.capacity / 1e9:.1f} GB usable",
             file=rm.source.file,

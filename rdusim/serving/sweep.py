@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rdusim.errors import RdusimError, SpecError
+from rdusim.errors import InfeasibleError, RdusimError, SpecError
 from rdusim.spec.yamlio import parse_value
 
 STATUS_OK = "ok"
@@ -146,11 +146,13 @@ class PointError:
     key: str | None = None
     line: int | None = None
     fix: str | None = None
+    infeasible: bool = False  # the point does not fit; anything else is a mistake in the mapping
 
     @classmethod
     def of(cls, exc: RdusimError) -> PointError:
         if isinstance(exc, SpecError):
-            return cls(exc.problem, exc.file, exc.key, exc.line, exc.fix)
+            infeasible = isinstance(exc, InfeasibleError)
+            return cls(exc.problem, exc.file, exc.key, exc.line, exc.fix, infeasible)
         return cls(str(exc))
 
     def reason(self) -> str:
@@ -198,7 +200,9 @@ def run_sweep(
     checked: bool = False,
     progress: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per point, in grid order; a point that hit a user error is an infeasible row.
+    """One row per point, in grid order; a point that does not fit is an infeasible row, and a
+    mistake in the mapping that only compiling finds (an unknown op, a stray override) stops the
+    sweep as a SpecError naming the point.
 
     Every point's mapping is loaded first unless `checked` says `check_points` already did (a
     point that does not load raises a SpecError naming it). An exception that is not a user
@@ -211,6 +215,9 @@ def run_sweep(
         results = [_counted(run_point(path, p), progress) for p in points]
     else:
         results = _run_parallel(path, points, jobs, progress)
+    for p, r in zip(points, results, strict=True):
+        if isinstance(r, PointError) and not r.infeasible:
+            raise r.at(p)  # a mistake in the mapping, found only when it compiled
     return [
         infeasible_row(p, r.reason()) if isinstance(r, PointError) else r
         for p, r in zip(points, results, strict=True)

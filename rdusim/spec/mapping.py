@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from rdusim.errors import SpecError, SpecErrors
+from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 from rdusim.spec.base import Strict
 from rdusim.spec.hardware import Hardware, load_hardware
@@ -292,7 +292,7 @@ def snapstream_sizes(m: MappingSpec, file: str | None = None) -> SnapStreamConfi
         return None
     kv_len = s.kv_len or max(1, int(m.seq_len // s.compression))
     if kv_len > m.seq_len:
-        raise SpecError(
+        raise InfeasibleError(
             f"kv_len {kv_len} exceeds seq_len {m.seq_len}",
             file=file,
             key="snapstream.kv_len",
@@ -301,7 +301,7 @@ def snapstream_sizes(m: MappingSpec, file: str | None = None) -> SnapStreamConfi
         )
     budget = kv_len - s.sink
     if budget < 1:
-        raise SpecError(
+        raise InfeasibleError(
             f"sink {s.sink} leaves no room in a {kv_len}-slot cache",
             file=file,
             key="snapstream.sink",
@@ -312,7 +312,7 @@ def snapstream_sizes(m: MappingSpec, file: str | None = None) -> SnapStreamConfi
     recent = s.recent if s.recent is not None else max(1, budget // 2)
     topk = s.topk if s.topk is not None else budget - recent
     if s.sink + recent + topk != kv_len:
-        raise SpecError(
+        raise InfeasibleError(
             f"sink + recent + topk = {s.sink + recent + topk} but kv_len is {kv_len}",
             file=file,
             key="snapstream",
@@ -320,7 +320,7 @@ def snapstream_sizes(m: MappingSpec, file: str | None = None) -> SnapStreamConfi
             fix="set kv_len to their sum, or leave recent/topk to be derived",
         )
     if s.obs_window > m.seq_len:
-        raise SpecError(
+        raise InfeasibleError(
             f"obs_window {s.obs_window} is longer than the prompt ({m.seq_len})",
             file=file,
             key="snapstream.obs_window",
@@ -333,7 +333,7 @@ def snapstream_sizes(m: MappingSpec, file: str | None = None) -> SnapStreamConfi
         )
     except (ValueError, TypeError) as exc:
         name = str(exc).split(" ", 1)[0]
-        raise SpecError(
+        raise InfeasibleError(
             str(exc),
             file=file,
             key=f"snapstream.{name}",

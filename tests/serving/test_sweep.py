@@ -281,3 +281,21 @@ def test_infeasible_row_has_every_result_column_empty() -> None:
     assert row["batch"] == 4096 and row["status"] == "infeasible"
     assert row["reason"] == "batch: too big"
     assert all(row[c] is None for c in RESULT_COLUMNS if c != "batch")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_mapping_mistake_found_only_when_compiling_stops_the_sweep(
+    run_cli: Cli, tmp_path: Path, mappings_dir: Path, jobs: str
+) -> None:
+    """An override keyed by no op of its kernel loads fine but is a mistake, not an infeasible
+    point: the sweep exits 2, names the point and writes nothing."""
+    text = (mappings_dir / "r1_decode.yaml").read_text(encoding="utf-8")
+    text = text.replace("../models/", f"{mappings_dir.parent / 'models'}/")
+    text = text.replace("        attention: {dp: 16}", "        atention: {dp: 16}", 1)
+    mapping = tmp_path / "typo.yaml"
+    mapping.write_text(text, encoding="utf-8")
+    out = tmp_path / "out"
+    code, _, err = run_cli(["sweep", mapping, "--set", "batch=1,2", "--jobs", jobs, "--out", out])
+    assert code == 2, err
+    assert "sweep point batch=1" in err and "atention" in err and "did you mean" in err
+    assert not out.exists()
