@@ -4,4 +4,4 @@ Data flows one way: specs → IR → compiler passes → Program → simulator �
 The main entry points are the `rdusim` command and `rdusim.api.run_mapping`.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -15,7 +15,7 @@ from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
 from rdusim.errors import InfeasibleError, SpecError
 from rdusim.report.schema import build_report
-from rdusim.serving.capacity import max_batch
+from rdusim.serving.capacity import max_batch, not_even_one
 from rdusim.sim.model import SimResult, simulate
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import ResolvedMapping, load_mapping
@@ -57,6 +57,8 @@ def run_mapping(
         program = compile_mapping(rm)
         if not program.hbm.fits:
             hbm = program.hbm
+            if hbm.weights > hbm.capacity:
+                raise not_even_one(rm, program)
             if program.phase == "decode":
                 try:
                     capacity_batch = max_batch(rm)[0]

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rdusim",
         description="Simulator and mapping compiler for SN40L dataflow accelerators.",
     )
+    from rdusim import __version__
+
+    p.add_argument("--version", action="version", version=f"rdusim {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     m = sub.add_parser("model", help="parameter counts, KV bytes per token and one layer's ops")

@@ -291,6 +291,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                     "cells": [c.as_dict() for c in cells],
                     "null_models": nulls,
                     "ok": all(c.within for c in cells),
+                    "unexpected": [f"{c.table} {c.item}" for c in cells if c.unexpected],
                 }
             ),
             end="",
@@ -298,7 +299,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     else:
         print(render_comparison(cells, _comparison_title(hw)))
         print(render_null_summary(nulls))
-    return 0 if all(c.within for c in cells) else 1
+    if args.strict:
+        return 0 if all(c.within for c in cells) else 1
+    return 1 if any(c.unexpected for c in cells) else 0
 
 
 def _hardware_source(name_or_path: str) -> Path:
@@ -365,17 +368,16 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     source = _hardware_source(args.hardware)
     source_text = _calibration_target(args, hw, source)
     before_cells = fit_cells(hw)
-    # Each evaluation with a numerical Jacobian costs one call per parameter beyond the first.
-    total = args.max_evals * (len(FITTED_PARAMS) + 1)
-    with tqdm(total=total, desc="calibrate", unit="eval", file=sys.stderr) as bar:
+    # the number of evaluations depends on how fast the fit converges: count them, no ETA
+    with tqdm(
+        desc="calibrate", unit="eval", file=sys.stderr, disable=not sys.stderr.isatty()
+    ) as bar:
 
         def progress(r: list[float]) -> None:
             bar.update(1)
             bar.set_postfix(cost=f"{sum(x * x for x in r):.3g}", refresh=False)
 
         result = fit(hw, max_evals=args.max_evals, progress=progress)
-        bar.total = bar.n
-        bar.refresh()
     text = {n: format_param(result.values[n]) for n in FITTED_PARAMS}
     if args.json:
         print(dump_json({"hardware": hw.name, **result.as_dict()}), end="")
@@ -544,7 +546,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.set_defaults(func=_cmd_reproduce)
 
     v = sub.add_parser(
-        "validate", help="compare with the paper; exit 1 if a cell is out of tolerance"
+        "validate",
+        help="compare with published figures; exit 1 on a miss not listed as known "
+        "(rdusim/data/known_misses.yaml), or a listed one that now passes",
     )
     v.add_argument(
         "--hardware",
@@ -552,6 +556,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="hardware preset or YAML file (default: the one the mappings name)",
     )
     v.add_argument("--json", action="store_true", help="print the cells and null models as JSON")
+    v.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 on any cell outside its tolerance, known misses included",
+    )
     v.set_defaults(func=_cmd_validate)
 
     c = sub.add_parser("calibrate", help="re-fit the calibration parameters to the paper")

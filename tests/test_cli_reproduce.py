@@ -14,7 +14,6 @@ import io
 import json
 import math
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -126,8 +125,12 @@ def test_csv_has_every_cell_with_both_values(reproduced: tuple[Path, str]) -> No
         assert float(items[name]["published"]) == value
         assert float(items[name]["simulated"]) > 0
         assert items[name]["status"] == "fitted"
-    overhead = [r for r in t4 if r["table"] == "text"]
-    assert len(overhead) == 2 and all(r["status"] == "predicted" for r in overhead)
+    overhead = {r["item"]: r["status"] for r in t4 if r["table"] == "text"}
+    # at Table 4's 128K the overhead follows from the fitted shares
+    assert overhead == {
+        "prefill overhead at 64K": "predicted",
+        "prefill overhead at 128K": "fitted",
+    }
     t5_rows = _rows(out / "table5.csv")
     t5 = {r["item"]: r for r in t5_rows if r["table"] == "table5"}
     for row in ROWS:
@@ -182,9 +185,9 @@ def test_comparison_table_is_printed(reproduced: tuple[Path, str]) -> None:
     assert len(rows) == N_CELLS
     for name in PUB["table4"]["shares_percent"]:
         assert ("table4", name) in rows
-    failed = {key for key, cols in rows.items() if cols[7] == "FAIL"}
-    assert failed == set(KNOWN_MISSES)
-    assert all(cols[7] == "ok" for key, cols in rows.items() if key not in failed)
+    known = {key for key, cols in rows.items() if cols[7] == "known"}
+    assert known == set(KNOWN_MISSES)
+    assert all(cols[7] == "ok" for key, cols in rows.items() if key not in known)
     m = re.search(r"(\d+)/(\d+) cells within tolerance", text)
     assert m and (int(m[1]), int(m[2])) == (N_CELLS - len(KNOWN_MISSES), N_CELLS)
 
@@ -215,16 +218,22 @@ def test_reproduce_out_under_a_file_is_checked_first(run_cli: Cli, tmp_path: Pat
 # --- validate --------------------------------------------------------------------------------
 
 
-def test_validate_fails_exactly_because_of_the_known_misses(run_cli: Cli) -> None:
+def test_validate_marks_the_known_misses_with_their_reasons(run_cli: Cli) -> None:
+    """Only the known misses are outside their tolerance, each shown with why; validate exits 0
+    (no new miss), and 1 with --strict (a cell is outside)."""
     code, out, err = run_cli(["validate"])
-    assert code == 1, out + err
+    assert code == 0, out + err
     rows = comparison(out)
     assert len(rows) == N_CELLS
-    failed = {key for key, cols in rows.items() if cols[7] == "FAIL"}
-    assert failed == set(KNOWN_MISSES)
-    outside = " ".join(out.split("outside:")[1].split("null models")[0].split())
-    for table, item in KNOWN_MISSES:
-        assert f"{table} {item}" in outside
+    known = {key for key, cols in rows.items() if cols[7] == "known"}
+    assert known == set(KNOWN_MISSES)
+    assert not any(cols[7] == "FAIL" for cols in rows.values())
+    listed = " ".join(out.split("known misses")[1].split("null models")[0].split())
+    for (table, item), reason in KNOWN_MISSES.items():
+        assert f"{table} {item}: {reason}" in listed
+    assert "NEW misses" not in out
+    strict, _, _ = run_cli(["validate", "--strict"])
+    assert strict == 1
     # the null models' summary on the predicted Table 5 cells, with its verdict
     summary = next(line for line in out.splitlines() if line.startswith("null models"))
     assert "predicted Table 5 cells" in summary and "rdusim" in summary
@@ -233,9 +242,9 @@ def test_validate_fails_exactly_because_of_the_known_misses(run_cli: Cli) -> Non
 
 def test_validate_json(validated: tuple[int, dict[str, Any]]) -> None:
     code, data = validated
-    assert code == 1
-    assert set(data) == {"hardware", "calibration", "cells", "null_models", "ok"}
-    assert data["hardware"] == "sn40l-16" and data["ok"] is False
+    assert code == 0
+    assert set(data) == {"hardware", "calibration", "cells", "null_models", "ok", "unexpected"}
+    assert data["hardware"] == "sn40l-16" and data["ok"] is False and data["unexpected"] == []
     assert set(data["calibration"]) == CALIBRATION_KEYS
     assert all(math.isfinite(v) for v in _floats(data))
     cells = data["cells"]
@@ -245,6 +254,7 @@ def test_validate_json(validated: tuple[int, dict[str, Any]]) -> None:
     for c in cells:
         assert keys <= set(c), c
         assert c["ok"] is ((c["table"], c["cell"]) not in KNOWN_MISSES), c["cell"]
+        assert (c["known_miss"] is not None) is ((c["table"], c["cell"]) in KNOWN_MISSES)
         if c["fitted"]:
             assert c["error"] is None and c["null_constant_error"] is None
         elif c["error"] is not None:
@@ -321,6 +331,7 @@ def test_validate_fails_with_a_bad_calibration(run_cli: Cli, tmp_path: Path) -> 
     code, out, _ = run_cli(["validate", "--hardware", bad])
     assert code == 1
     assert comparison(out)[("table4", "MHA")][7] == "FAIL"
+    assert "NEW misses:" in out and "table4 MHA" in out.split("NEW misses:")[1]
 
 
 def test_validate_unknown_hardware_is_a_user_error(run_cli: Cli, tmp_path: Path) -> None:
@@ -397,7 +408,6 @@ def test_calibrate_prints_statistics_and_writes_a_loadable_copy(
         ["calibrate", "--hardware", start, "--max-evals", "2", "--write", target]
     )
     assert code == 0, err
-    assert "calibrate" in err  # the progress bar
     params, rest = out.split("\ncorrelation", 1)
     assert "stderr" in params.splitlines()[2]
     for name in FITTED:
@@ -456,12 +466,10 @@ def test_calibrate_checks_write_before_fitting(run_cli: Cli, tmp_path: Path) -> 
     """A --write path under a regular file fails at once, before any evaluation of the fit."""
     blocker = tmp_path / "file.txt"
     blocker.write_text("keep", encoding="utf-8")
-    start = time.perf_counter()
     code, out, err = run_cli(["calibrate", "--write", blocker / "hw.yaml"])
     assert code == 2 and out == ""
     assert "--write: cannot write here" in err and "is a file, not a directory" in err
     assert "eval" not in err  # no progress bar: the fit never started
-    assert time.perf_counter() - start < 2
     assert blocker.read_text(encoding="utf-8") == "keep"
 
 

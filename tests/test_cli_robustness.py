@@ -8,7 +8,6 @@ import gzip
 import io
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -226,6 +225,4 @@ def test_spec_that_is_not_utf8(run_cli: Cli, tmp_path: Path, role: str, encoding
 def test_deeply_nested_spec_fails_fast(run_cli: Cli, tmp_path: Path, role: str) -> None:
     path = tmp_path / "deep.yaml"
     path.write_text("name: [" + "[" * 10_000, encoding="utf-8")
-    start = time.perf_counter()
     _assert_user_error(run_cli(_spec_command(role, path)), "more than 64 levels")
-    assert time.perf_counter() - start < 1.0

@@ -27,17 +27,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from numbers import Real
 
+from rdusim.spec.hardware import Topology
+
 
 class CollectiveKind(StrEnum):
     ALL_REDUCE = "all-reduce"
     ALL_GATHER = "all-gather"
     REDUCE_SCATTER = "reduce-scatter"
     ALL_TO_ALL = "all-to-all"
-
-
-class Topology(StrEnum):
-    FULLY_CONNECTED = "fully-connected"  # every socket has a direct link to every other
-    RING = "ring"  # socket i links to i-1 and i+1 only
 
 
 _LEGACY_TOPOLOGIES = {"all-to-all": Topology.FULLY_CONNECTED}
@@ -47,7 +44,7 @@ _LEGACY_TOPOLOGIES = {"all-to-all": Topology.FULLY_CONNECTED}
 class CollectiveCost:
     """Cost of one collective as seen by one socket."""
 
-    rounds: int  # sequential steps, each paying one link latency
+    rounds: int  # sequential rounds, each paying one link latency
     bytes_sent: float  # bytes one socket sends in all rounds together
 
     @property

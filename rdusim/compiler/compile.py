@@ -11,7 +11,7 @@ from rdusim.compiler.collectives import Topology
 from rdusim.compiler.experts import ExpertLoading, Routing
 from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
 from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
-from rdusim.compiler.program import Kernel, LayerProgram, Program
+from rdusim.compiler.program import Kernel, LayerProgram, OpPlan, Program
 from rdusim.compiler.sharding import ShardContext, shard
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph, Workload
@@ -27,9 +27,10 @@ from rdusim.spec.mapping import (
 )
 from rdusim.spec.model import ModelSpec
 
-# A decode step's activations are a few rows; its kernels stream weight chunks, simulated as this
-# many pipeline steps. Decode step times change by < 0.1% between 16 and 256 (benchmarks/).
-DECODE_TILES = 64
+# A decode step's activations are a few rows; its kernels stream weights (and the cache) in
+# chunks a PMU holds, so a kernel has as many tiles as its largest op has PMU-sized chunks, and at
+# least this many.
+MIN_DECODE_TILES = 64
 
 
 def prefill_tile_tokens(hidden: int, act_bytes: float, pmu_bytes: int) -> int:
@@ -60,11 +61,15 @@ class CompileContext:
     routing: Routing = field(default_factory=Routing)
 
 
-def _tiles(fk_spec: KernelSpec, wl: Workload, ctx: CompileContext) -> tuple[int, int]:
-    """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode streams weight
-    chunks, so it is cut into a fixed number of pipeline steps."""
+def _tiles(
+    fk_spec: KernelSpec, ops: list[OpPlan], wl: Workload, ctx: CompileContext
+) -> tuple[int, int]:
+    """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode streams its
+    ops' HBM bytes in PMU-sized chunks, the largest op setting the count."""
     if ctx.phase == "decode":
-        return DECODE_TILES, wl.tokens
+        largest = max((p.hbm_in_bytes for p in ops), default=0.0)
+        chunks = math.ceil(largest / ctx.hw.socket.pmu_bytes)
+        return max(MIN_DECODE_TILES, chunks), wl.tokens
     tile = fk_spec.tiling.tile_tokens or ctx.tile_tokens
     return max(1, math.ceil(wl.tokens / tile)), tile
 
@@ -93,10 +98,11 @@ def build_kernels(
     )
     kernels: list[Kernel] = []
     for fk in fused:
-        tiles, tile_tokens = _tiles(fk.spec, wl, ctx)
+        ops = [sharded.ops[n] for n in fk.ops]
+        tiles, tile_tokens = _tiles(fk.spec, ops, wl, ctx)
         k = Kernel(
             fk.spec.name,
-            [sharded.ops[n] for n in fk.ops],
+            ops,
             tiles=tiles,
             tile_tokens=min(tile_tokens, wl.tokens),
             kv_block=fk.spec.tiling.kv_block,
@@ -296,4 +302,5 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         orchestration=spec.orchestration.value,
         mtp_mode=spec.mtp.mode.value,
         draft_tokens=spec.mtp.draft_tokens,
+        expert_loading=spec.moe.expert_loading.value,
     )

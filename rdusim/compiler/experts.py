@@ -11,7 +11,6 @@ token-slots) sets the pace. Expectations come from `rdusim.compiler.routing`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import cache
 
 from rdusim.compiler.routing import (
@@ -23,11 +22,9 @@ from rdusim.compiler.routing import (
     uniform_routing,
     zipf_routing,
 )
+from rdusim.spec.mapping import ExpertLoading
 
-
-class ExpertLoading(StrEnum):
-    TOUCHED = "touched"  # a data-dependent expert loop streams only experts with tokens
-    ALL = "all"  # a static trip count streams every expert every step
+__all__ = ["ExpertLoading", "ExpertShare", "Routing", "expert_share"]
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ def plan_sram(kernel: Kernel, graph: Graph, wl: Workload, hw: Hardware) -> None:
             # is held once), double-buffered
             env = Workload(1, 1, 1).env()
             row = sum(
-                graph.tensors[t].nbytes(env) * kv_input_share(graph, t, p.strategy, 1 / p.degree)
+                graph.tensors[t].nbytes(env)
+                * kv_input_share(graph, t, p.strategy, p.degree, 1 / p.degree)
                 for t in op.inputs[1:]
             )
             kv = 2 * block * row

@@ -46,6 +46,17 @@ class OpPlan:
         return self.weight_bytes if self.weight_read_bytes is None else self.weight_read_bytes
 
     @property
+    def hbm_in_bytes(self) -> float:
+        """Bytes its loader brings from HBM per execution: activations and cache, streamed
+        weights, and a spilled input read back."""
+        return self.hbm_read + self.streamed_weight_bytes + self.spill_bytes
+
+    @property
+    def hbm_bytes(self) -> float:
+        """Every byte the op moves over HBM per execution, reads and writes."""
+        return self.hbm_in_bytes + self.hbm_write
+
+    @property
     def sharding_label(self) -> str:
         if self.strategy == "replicate" or self.degree <= 1:
             return "replicate" if self.seq_split <= 1 else f"sp{self.seq_split}"
@@ -168,6 +179,7 @@ class Program:
     orchestration: str = "hardware"  # who issues kernel calls: software | hardware
     mtp_mode: str = "verify"  # verify: drafts verified as work | scaled: a reported multiplier
     draft_tokens: int = 0
+    expert_loading: str = "touched"  # which routed experts a step streams: touched | all
 
     def all_layers(self) -> list[LayerProgram]:
         return [*self.layers.values(), *self.extras.values()]

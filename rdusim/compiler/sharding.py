@@ -225,14 +225,27 @@ def cache_share(op: Op, strategy: str, degree: int, batch: int, seq_split: int =
     return split
 
 
-def _share(layout: str, d: int, units: int) -> float:
-    """Fraction of a tensor one socket holds in `layout`: whole for R and P, 1/d of the features
-    for F, and ceil(units/d) of `units` tokens (or sequences) for T, since a split rounds up."""
+def _share(layout: str, d: int, units: int, heads: int | None = None) -> float:
+    """Fraction of a tensor one socket holds in `layout`: whole for R and P; 1/d of the features
+    for F (a tensor with only `heads` heads splits at most that many ways: a socket holds whole
+    heads); and ceil(units/d) of `units` tokens or sequences for T, since a split rounds up."""
     if layout in ("R", "P") or d <= 1:
         return 1.0
     if layout == "F":
-        return 1.0 / d
+        return 1.0 / min(d, heads) if heads else 1.0 / d
     return math.ceil(units / d) / units if units >= 1 else 1.0 / d
+
+
+def split_units(wl: Workload, prefill: bool) -> int:
+    """What a token split (layout T) divides: prefill splits the prompt's tokens, decode splits
+    sequences (each keeps its verified tokens together)."""
+    return wl.tokens if prefill else wl.batch
+
+
+def heads_of(graph: Graph, tensor: str) -> int | None:
+    """The heads axis of an activation laid out (batch, tokens, heads, dim), if it has one."""
+    shape = graph.tensors[tensor].shape
+    return shape[2] if len(shape) >= 4 and isinstance(shape[2], int) else None
 
 
 def _work_share(op: Op, sh: OpSharding, wl: Workload, prefill: bool) -> float:
@@ -240,7 +253,7 @@ def _work_share(op: Op, sh: OpSharding, wl: Workload, prefill: bool) -> float:
     if sh.strategy == "sp":
         return 1.0 / sh.degree
     if sh.strategy == "dp":
-        units = wl.batch if op.kind == "attention" else wl.tokens
+        units = wl.batch if op.kind == "attention" else split_units(wl, prefill)
         return _share("T", sh.degree, units) / sh.seq_split
     if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not prefill:
         return 1.0  # replicated token-wise work in decode
@@ -265,6 +278,8 @@ class _State:
     colls: list[Collective] = field(default_factory=list)
     host: dict[int, str] = field(default_factory=dict)
     converted: dict[tuple[str, str], int] = field(default_factory=dict)
+    # split-KV partial results: (sockets one combine spans, fraction of the tensor a group holds)
+    partial_groups: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
 def _convert_inputs(
@@ -283,13 +298,18 @@ def _convert_inputs(
         if tensor.kind == TensorKind.CACHE or h == r or (h, r) not in _CONVERSIONS:
             continue
         # a split or partial tensor spans its producer's sockets: converting it for a consumer
-        # with another (or no) split involves all of them
+        # with another (or no) split involves all of them; split-KV partials combine within
+        # their group of sockets, over the group's own sequences
         dc = max(sh.degree * sh.seq_split, st.degrees.get(t, 1) if h != "R" else 1)
+        nbytes = tensor.nbytes(env)
+        if t in st.partial_groups:
+            dc, part = st.partial_groups[t]
+            nbytes *= part
         key = (t, r)
         if dc <= 1 or key in st.converted:
             continue
         kind = _CONVERSIONS[(h, r)]
-        cost = collective_cost(kind, tensor.nbytes(env), dc, ctx.topology)
+        cost = collective_cost(kind, nbytes, dc, ctx.topology)
         st.converted[key] = len(st.colls)
         src = graph.producer.get(t)
         st.colls.append(Collective(kind.value, t, cost.bytes_sent, cost.rounds, src, op.name))
@@ -304,6 +324,7 @@ def _input_traffic(
     fk: FusedKernel,
     kernel_of: dict[str, FusedKernel],
     wl: Workload,
+    prefill: bool,
 ) -> tuple[float, float]:
     """(bytes read from HBM, bytes streamed in from producers inside the kernel)."""
     env = wl.env()
@@ -312,7 +333,8 @@ def _input_traffic(
         tensor = graph.tensors[t]
         if tensor.kind == TensorKind.CACHE:
             continue
-        size = tensor.nbytes(env) * _share(r, sh.degree, wl.tokens)
+        share = _share(r, sh.degree, split_units(wl, prefill), heads_of(graph, t))
+        size = tensor.nbytes(env) * share
         src = graph.producer.get(t)
         if src is not None and kernel_of[src] is fk:
             stream_in += size
@@ -321,12 +343,14 @@ def _input_traffic(
     return hbm_read, stream_in
 
 
-def kv_input_share(graph: Graph, tensor: str, strategy: str, frac: float) -> float:
+def kv_input_share(graph: Graph, tensor: str, strategy: str, degree: int, frac: float) -> float:
     """Fraction of an attention K/V input one socket holds: a head split divides tensors with a
-    heads axis, while a key shared by every head (MLA's rope key) stays whole."""
-    if strategy == "tp" and len(graph.tensors[tensor].shape) < 4:
-        return 1.0
-    return frac
+    heads axis (at most as many ways as they have heads: GQA's few KV heads are held whole),
+    while a key shared by every head (MLA's rope key) stays whole."""
+    if strategy != "tp":
+        return frac
+    heads = heads_of(graph, tensor)
+    return 1.0 / min(degree, heads) if heads else 1.0
 
 
 def _flash_reread(
@@ -341,7 +365,7 @@ def _flash_reread(
     if nb <= 1:
         return 0.0
     kv_in = sum(
-        graph.tensors[t].nbytes(wl.env()) * kv_input_share(graph, t, sh.strategy, frac)
+        graph.tensors[t].nbytes(wl.env()) * kv_input_share(graph, t, sh.strategy, sh.degree, frac)
         for t in op.inputs[1:]
     )
     return kv_in * ((nb + 1) / 2 - 1)
@@ -375,7 +399,7 @@ def _plan_op(
     have = [st.layouts.get(t, "R") for t in op.inputs]
     need, out = _required(op, sh, seq_parallel, graph, have)
     _convert_inputs(graph, op, sh, have, need, st, ctx)
-    hbm_read, stream_in = _input_traffic(graph, op, sh, need, fk, kernel_of, wl)
+    hbm_read, stream_in = _input_traffic(graph, op, sh, need, fk, kernel_of, wl, ctx.prefill)
     frac = _work_share(op, sh, wl, ctx.prefill)
     flops = costs.flops(op, graph, wl)
     # caches and explicit read shapes (gathers, cache reads) come straight from HBM
@@ -393,7 +417,7 @@ def _plan_op(
     out_bytes = sum(graph.tensors[t].nbytes(wl.env()) for t in op.outputs)
     if "write_shape" in op.attrs:
         out_bytes = costs.bytes_written(op, graph, wl)
-    out_share = _share(out, sh.degree, wl.tokens) if out != "P" else 1.0
+    out_share = _share(out, sh.degree, split_units(wl, ctx.prefill)) if out != "P" else 1.0
     if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not seq_parallel:
         out_share = 1.0
     hbm_write = out_bytes * out_share if _writes_leave_kernel(graph, op, fk, kernel_of) else 0.0
@@ -422,6 +446,10 @@ def _plan_op(
     for t in op.outputs:
         st.layouts[t] = out
         st.degrees[t] = sh.degree * sh.seq_split
+        if sh.strategy == "sp":
+            st.partial_groups[t] = (sh.degree, 1.0)
+        elif sh.seq_split > 1:
+            st.partial_groups[t] = (sh.seq_split, _share("T", sh.degree, wl.batch))
     return plan
 
 
@@ -444,7 +472,7 @@ def _apply_expert_routing(
 
 
 def _correct_converted_writes(
-    graph: Graph, st: _State, kernel_of: dict[str, FusedKernel], wl: Workload
+    graph: Graph, st: _State, kernel_of: dict[str, FusedKernel], wl: Workload, prefill: bool
 ) -> None:
     """A collective hosted by its producer's kernel converts the tensor before it leaves the
     chip, so what the producer writes to HBM is the converted layout's share."""
@@ -456,8 +484,9 @@ def _correct_converted_writes(
             continue
         nbytes = graph.tensors[c.tensor].nbytes(wl.env())
         target = _TARGET[CollectiveKind(c.kind)]
-        was = 1.0 if prod.out_layout == "P" else _share(prod.out_layout, prod.degree, wl.tokens)
-        now = 1.0 if target == "R" else _share("T", prod.degree, wl.tokens)
+        units = split_units(wl, prefill)
+        was = 1.0 if prod.out_layout == "P" else _share(prod.out_layout, prod.degree, units)
+        now = 1.0 if target == "R" else _share("T", prod.degree, units)
         prod.hbm_write = max(0.0, prod.hbm_write + nbytes * (now - was))
 
 
@@ -477,7 +506,7 @@ def shard(graph: Graph, fused: list[FusedKernel], kind: str, ctx: ShardContext) 
         )
         for op in graph:
             st.plans[op.name] = _plan_op(graph, op, kernel_of[op.name], kernel_of, kind, st, ctx)
-        _correct_converted_writes(graph, st, kernel_of, ctx.workload)
+        _correct_converted_writes(graph, st, kernel_of, ctx.workload, ctx.prefill)
         outs = [t for t in graph.graph_outputs() if graph.tensors[t].kind != TensorKind.CACHE]
         final = st.layouts.get(outs[0], "R") if outs else "R"
         for t in layer_in:

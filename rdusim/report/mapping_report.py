@@ -25,9 +25,12 @@ def render_map_report(r: dict[str, Any]) -> str:
         lat = layer["latency_s"]
         title = f"{kind} layers x{layer['count']}" + (f": {seconds(lat)} each" if lat else "")
         if layer.get("looped"):
-            title += " (one looped call)"
-        if layer.get("experts_touched") is not None:
-            title += f", {layer['experts_touched']:.1f} experts touched per step"
+            title += f" (one looped call; `call` is its cost shared over the {layer['count']})"
+        touched = layer.get("experts_touched")
+        if touched is not None and r["phase"] == "decode":
+            title += f", {touched:.1f} experts touched per step"
+            if r.get("expert_loading") == "all":
+                title += " (every expert streamed: expert_loading all)"
         lines.append(title)
         rows = []
         for k in layer["kernels"]:
@@ -69,6 +72,14 @@ def render_map_report(r: dict[str, Any]) -> str:
             )
         )
         lines.append("")
+    extras = [
+        f"{name} x{e['runs']}: {seconds(e['latency_s'])}"
+        for name, e in r["extras"].items()
+        if e["runs"] and e["latency_s"] is not None
+    ]
+    if extras:
+        lines.append("other kernels (each run): " + ", ".join(extras))
+        lines.append("")
     hbm = r["hbm_bytes"]
     used = hbm["weights"] + hbm["kv_cache"] + hbm["workspace"]
     lines.append(
@@ -97,12 +108,12 @@ def render_map_report(r: dict[str, Any]) -> str:
                 f"verified ({mtp['verified_tokens']} tokens per sequence)"
             )
         else:
-            how = "1 token/step"
+            how = "none (1 token per step)"
         lines.append(f"multi-token prediction: {how}")
         if r["throughput_tokens_per_s"] is not None:
             lines.append(
                 f"throughput: {r['throughput_tokens_per_s']:.0f} tokens/s "
-                f"(batch {r['batch']} x {r['tokens_per_step']:.3g} tokens/step)"
+                f"(batch {r['batch']} x {r['tokens_per_step']:.3g} tokens per step)"
             )
         if r.get("tpot_s"):
             lines.append(
@@ -137,8 +148,10 @@ def render_op_timing(r: dict[str, Any]) -> str:
         for k in layer["kernels"]:
             if not k["op_timing"]:
                 continue
+            call = f"; call {seconds(k['call_s'])}" if k.get("call_s") else ""
             lines.append(
-                f"{kind} / {k['name']}: {seconds(k['latency_s'])}, bottleneck {k['bottleneck']}"
+                f"{kind} / {k['name']}: {seconds(k['latency_s'])} (pipeline "
+                f"{seconds(k['pipeline_s'])}{call}), bottleneck {k['bottleneck']}"
             )
             rows = [
                 [

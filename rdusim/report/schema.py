@@ -13,7 +13,7 @@ from rdusim.compiler.program import Program
 from rdusim.serving.decode import throughput as serving_throughput
 from rdusim.sim.model import SimResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: kernel calls, MTP, expert routing, collective rounds
 
 
 def build_report(
@@ -45,9 +45,7 @@ def build_report(
                         for c in k.collectives
                     ],
                     "flops": sum(p.flops for p in k.ops),
-                    "hbm_traffic_bytes": sum(
-                        p.hbm_read + p.hbm_write + p.streamed_weight_bytes for p in k.ops
-                    ),
+                    "hbm_traffic_bytes": sum(p.hbm_bytes for p in k.ops),
                     "latency_s": kt.latency_s if kt else None,
                     "call_s": kt.call_share_s if kt else None,
                     "pipeline_s": kt.pipeline_s if kt else None,
@@ -120,6 +118,7 @@ def build_report(
         else sum(lp.calls for lp in program.all_layers()),
         "kernel_call_time_s": result.kernel_call_time_s if result else None,
         "orchestration": program.orchestration,
+        "expert_loading": program.expert_loading,
         "kernel_looping": any(lp.looped for lp in program.layers.values()),
         "experts_touched": {
             kind: lp.experts_touched

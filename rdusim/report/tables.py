@@ -110,7 +110,7 @@ def comparison_rows(cells: Iterable[Cell]) -> list[list[str]]:
                 _deviation(c),
                 _tolerance(c),
                 status(c),
-                "ok" if c.within else "FAIL",
+                "ok" if c.within else ("known" if c.known_miss else "FAIL"),
                 _percent(c.null_constant_error) if predicted else "",
                 _percent(c.null_roofline_error) if predicted else "",
             ]
@@ -139,15 +139,26 @@ def render_comparison(cells: Sequence[Cell], title: str = "") -> str:
         f"{len(cells) - len(failed)}/{len(cells)} cells within tolerance "
         f"({n_fit} fitted, {len(cells) - n_fit} predicted)"
     )
-    if failed:
-        summary += "; outside:\n" + textwrap.fill(
-            ", ".join(f"{c.table} {c.item}" for c in failed),
-            width=96,
-            initial_indent="  ",
-            subsequent_indent="  ",
+    known = [c for c in failed if c.known_miss]
+    new = [c for c in failed if not c.known_miss]
+    fixed = [c for c in cells if c.within and c.known_miss]
+    lines = [summary]
+    if known:
+        lines.append(f"{len(known)} known misses (the model cannot reach them, and says why):")
+        lines += [_wrapped(f"{c.table} {c.item}: {c.known_miss}") for c in known]
+    if new:
+        lines.append("NEW misses: " + ", ".join(f"{c.table} {c.item}" for c in new))
+    if fixed:
+        lines.append(
+            "known misses now within tolerance (update the list): "
+            + ", ".join(f"{c.table} {c.item}" for c in fixed)
         )
     parts = [title, ""] if title else []
-    return "\n".join([*parts, body, "", summary])
+    return "\n".join([*parts, body, "", *lines])
+
+
+def _wrapped(text: str) -> str:
+    return textwrap.fill(text, width=96, initial_indent="  ", subsequent_indent="    ")
 
 
 def render_null_summary(summary: Mapping[str, Any]) -> str:

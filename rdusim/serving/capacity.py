@@ -32,12 +32,27 @@ def max_batch(rm: ResolvedMapping) -> tuple[int, Program]:
         best = (b, prog)
         b *= 2
     if best is None:
-        prog = compile_mapping(rm, batch=1)
-        raise InfeasibleError(
-            f"not even batch 1 fits: {prog.hbm.used / 1e9:.1f} GB needed per socket, "
-            f"{prog.hbm.capacity / 1e9:.1f} GB usable",
-            file=rm.source.file,
-            key="batch",
-            fix="shorten seq_len, enable snapstream, or use more sockets",
-        )
+        raise not_even_one(rm, compile_mapping(rm, batch=1))
     return best
+
+
+def not_even_one(rm: ResolvedMapping, prog: Program) -> InfeasibleError:
+    """Why batch 1 does not fit, and what would make it: the weights alone, or the cache too."""
+    hbm = prog.hbm
+    if hbm.weights > hbm.capacity:
+        problem = (
+            f"the weights alone need {hbm.weights / 1e9:.1f} GB per socket, and "
+            f"{hbm.capacity / 1e9:.1f} GB are usable"
+        )
+        fix = (
+            "shard every weight-holding op over all of the node's sockets (a degree below the "
+            "socket count keeps copies), use a node with more sockets, or a narrower weight dtype"
+        )
+    else:
+        problem = (
+            f"not even batch 1 fits: {hbm.used / 1e9:.1f} GB needed per socket (weights "
+            f"{hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}), "
+            f"{hbm.capacity / 1e9:.1f} GB usable"
+        )
+        fix = "shorten seq_len, enable snapstream, or use more sockets"
+    return InfeasibleError(problem, file=rm.source.file, key="batch", fix=fix)

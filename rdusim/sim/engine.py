@@ -9,8 +9,9 @@ collective is a stage on the P2P link that streams tile by tile as its producer 
 communication overlaps compute (paper Fig. 6), and pays its rounds of link latency once.
 
 `iterations` > 1 chains executions of the kernel as one looped call does: loaders stream the
-next iteration's weights as soon as their buffers free up, while the stages that read the layer's
-input wait for the previous iteration to finish. Sockets doing identical work can be simulated
+next iteration's weights as soon as their buffers free up (with the small activation reads of
+that iteration, which decode layers make), while the stages that read the layer's input wait for
+the previous iteration to finish. Sockets doing identical work can be simulated
 once (`sockets=1`); with `sockets=N` every socket is simulated and collectives wait for all
 peers, tile by tile.
 
@@ -188,7 +189,7 @@ class _Run:
     def loader(
         self, p: OpPlan, out: simpy.Store, hbm: simpy.PriorityResource, socket: int
     ) -> Process:
-        per_tile = (p.hbm_read + p.streamed_weight_bytes + p.spill_bytes) / self.n
+        per_tile = p.hbm_in_bytes / self.n
         for it in range(self.iterations):
             for i in range(self.n):
                 yield from self.transfer(hbm, per_tile, "hbm", p.name, socket, it)
@@ -280,8 +281,9 @@ class _Run:
             self.pending[s][it] = len(self.kernel.ops) + sum(
                 1 for p in self.kernel.ops if p.hbm_write > 0
             )
-        # double-buffered tiles; a looped kernel with room also holds the next iteration's
-        depth = 2 + (self.n if self.kernel.prefetch_iteration and self.iterations > 1 else 0)
+        # double buffering: one tile waits in the store while the next arrives (its transfer
+        # holds the second buffer); a looped kernel with room also holds the next iteration's
+        depth = 1 + (self.n if self.kernel.prefetch_iteration and self.iterations > 1 else 0)
         for p in self.kernel.ops:
             loaded = simpy.Store(env, capacity=depth)
             env.process(self.loader(p, loaded, hbm, s))

@@ -24,12 +24,13 @@ from rdusim.compiler.collectives import CollectiveKind, Topology, collective_cos
 from rdusim.compiler.program import Kernel
 from rdusim.sim.engine import MAX_SIM_TILES, OpTiming, PipelineRun, Slice, simulate_pipeline
 from rdusim.spec.hardware import Hardware
+from rdusim.spec.mapping import Orchestration
 
 
-def call_cost(hw: Hardware, orchestration: str) -> float:
-    """Seconds of one kernel call under `orchestration` (software | hardware)."""
+def call_cost(hw: Hardware, orchestration: Orchestration | str) -> float:
+    """Seconds of one kernel call issued by the host (software) or the AGCUs (hardware)."""
     cal = hw.calibration
-    if orchestration == "software":
+    if Orchestration(orchestration) == Orchestration.SOFTWARE:
         return cal.software_call_s
     barrier = collective_cost(
         CollectiveKind.ALL_GATHER, 0.0, hw.sockets, Topology(hw.links.topology)

@@ -15,6 +15,7 @@ latent (512 wide): the naive code treats the shared latent as both.
 from __future__ import annotations
 
 from rdusim.compiler.program import Program
+from rdusim.ir.graph import Workload
 
 
 def _key_value_widths(program: Program) -> tuple[float, float]:
@@ -25,7 +26,7 @@ def _key_value_widths(program: Program) -> tuple[float, float]:
         for t in layer.graph.tensors.values()
         if t.kind.value == "cache" and not t.name.startswith("compressed_")
     ]
-    env = {"B": 1, "T": 1, "S": 1, "E": 1}
+    env = Workload(1, 1, 1).env()
     by_name = {t.name: t.nbytes(env) for t in caches}
     if "latent_cache" in by_name:  # MLA: keys = latent + rope key, values = latent
         latent = by_name["latent_cache"]

@@ -6,9 +6,10 @@ file to ask "what if the socket had twice the SRAM".
 
 from __future__ import annotations
 
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -59,13 +60,17 @@ class Socket(Strict):
         return self
 
 
-Topology = Literal["fully-connected", "ring"]
+class Topology(StrEnum):
+    """How the sockets of a node are linked."""
+
+    FULLY_CONNECTED = "fully-connected"  # every socket has a direct link to every other
+    RING = "ring"  # socket i links to i-1 and i+1 only
 
 
 class Links(Strict):
     p2p_bandwidth: Bandwidth = Field(description="bytes/s each socket can send (and receive)")
     p2p_latency_s: Seconds = Field(description="one round of a collective")
-    topology: Topology = "fully-connected"
+    topology: Topology = Topology.FULLY_CONNECTED
 
     @field_validator("topology", mode="before")
     @classmethod
@@ -138,8 +143,17 @@ def load_hardware(name_or_path: str | Path, *, base_dir: Path | None = None) -> 
     if text in PRESETS:
         return load_model(Hardware, preset_path(text))
     path = Path(text)
-    if not path.is_absolute() and base_dir is not None and not path.exists():
-        path = base_dir / path
+    if not path.is_absolute() and base_dir is not None:
+        # like a mapping's model: relative to the mapping file first, then the current directory
+        candidates = [base_dir / path, path]
+        found = next((c for c in candidates if c.exists()), None)
+        if found is None and path.suffix in (".yaml", ".yml", ".json"):
+            raise SpecError(
+                f"hardware file {text!r} not found next to the mapping ({base_dir}) or in the "
+                "current directory",
+                fix=f"give a path relative to the mapping file, or a preset ({', '.join(PRESETS)})",
+            )
+        path = found or path
     if path.suffix not in (".yaml", ".yml", ".json") and not path.exists():
         raise SpecError(
             f"unknown hardware {text!r}",

@@ -67,17 +67,17 @@ class Sharding(Strict):
 
     @property
     def degree(self) -> int:
-        """Sockets the primary strategy spans (for dp with sp: the dp groups)."""
-        for k in ("tp", "dp", "ep", "sp"):
-            v = getattr(self, k)
-            if v is not None:
-                return int(v)
-        return 1
+        """Sockets the chosen strategy spans (for dp with sp: the dp groups)."""
+        strategy = self.strategy
+        return 1 if strategy == "replicate" else int(getattr(self, strategy))
 
     @property
     def seq_split(self) -> int:
-        """Sockets each sequence's cache is split over (1 unless `sp` is given)."""
-        return int(self.sp) if self.sp is not None and self.strategy != "sp" else 1
+        """Sockets each sequence's cache is split over alongside dp (1 unless dp and sp are
+        both given; `sp` alone is the strategy itself)."""
+        if self.strategy == "dp" and self.sp is not None:
+            return int(self.sp)
+        return 1
 
 
 class Tiling(Strict):
@@ -150,11 +150,18 @@ class MtpSpec(Strict):
     @model_validator(mode="after")
     def _mode_fields(self) -> MtpSpec:
         if self.mode == MtpMode.SCALED and self.tokens_per_step is None:
-            raise ValueError("mode 'scaled' needs tokens_per_step (the reported multiplier)")
+            raise ValueError(
+                "mode 'scaled' needs tokens_per_step, the reported multiplier (e.g. 2.4)"
+            )
         if self.mode == MtpMode.VERIFY and self.tokens_per_step is not None:
             raise ValueError(
                 "tokens_per_step is derived in mode 'verify' (sum of acceptance^i); "
                 "give draft_tokens and acceptance, or set mode: scaled"
+            )
+        if self.mode == MtpMode.SCALED and self.draft_tokens:
+            raise ValueError(
+                "mode 'scaled' runs a plain one-token step, so draft_tokens must be 0 "
+                f"(got {self.draft_tokens}); use mode: verify to verify drafts as work"
             )
         return self
 
@@ -195,7 +202,10 @@ class RoutingSpec(Strict):
     @model_validator(mode="after")
     def _fields_of(self) -> RoutingSpec:
         if self.distribution == "zipf" and self.exponent is None:
-            raise ValueError("distribution 'zipf' needs an exponent (0 is uniform)")
+            raise ValueError(
+                "distribution 'zipf' needs an exponent, e.g. 1.0 (0 is uniform, so a sweep "
+                "over exponents can include it)"
+            )
         if self.distribution == "histogram" and self.file is None:
             raise ValueError("distribution 'histogram' needs a file of per-expert loads")
         if self.distribution != "zipf" and self.exponent is not None:
@@ -205,13 +215,20 @@ class RoutingSpec(Strict):
         return self
 
 
+class ExpertLoading(StrEnum):
+    """Which routed experts' weights a step streams from HBM."""
+
+    TOUCHED = "touched"  # a data-dependent expert loop streams only experts with tokens
+    ALL = "all"  # a static trip count streams every expert every step
+
+
 class MoeSpec(Strict):
     """Routed experts at run time. `touched`: a step streams only the experts some token was
     routed to (a data-dependent expert loop); `all`: every expert's weights stream every step (a
     static trip count)."""
 
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
-    expert_loading: Literal["touched", "all"] = "touched"
+    expert_loading: ExpertLoading = ExpertLoading.TOUCHED
 
 
 def _kernels_form(v: Any) -> str:
@@ -491,8 +508,21 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
     model = load_model_config(model_path)
     _check_workload(spec, model, file, doc)
     check_layer_kinds(spec, model, file, doc)
+    _check_moe(spec, model, file, doc)
     loads = _expert_loads(spec, model, base, file, doc)
     return ResolvedMapping(spec, model, hardware, Source(file, doc), loads)
+
+
+def _check_moe(spec: MappingSpec, model: ModelSpec, file: str, doc: Any) -> None:
+    """MoE settings need routed experts: on a dense model they would be silently ignored."""
+    if spec.moe.model_fields_set and not getattr(model, "n_routed_experts", 0):
+        raise SpecError(
+            f"{model.name} has no routed experts, so moe settings do not apply",
+            file=file,
+            key="moe",
+            line=line_of(doc, ("moe",)),
+            fix="remove the moe section (and any --set moe.*)",
+        )
 
 
 def _expert_loads(
@@ -539,6 +569,13 @@ def _expert_loads(
             f"{routing.file!r} needs finite, non-negative loads, not all zero",
             "write token counts or fractions per expert",
         )
+    top_k = getattr(model, "num_experts_per_tok", 1)
+    if sum(v > 0 for v in loads) < top_k:
+        raise bad(
+            f"{routing.file!r} gives {sum(v > 0 for v in loads)} experts a positive load, and "
+            f"every token of {model.name} picks {top_k} distinct experts",
+            f"give at least {top_k} experts a positive load",
+        )
     return loads
 
 
@@ -550,7 +587,7 @@ def _check_workload(spec: MappingSpec, model: ModelSpec, file: str, doc: Any) ->
             file=file,
             key="batch",
             line=line_of(doc, ("batch",)),
-            fix="give a number (prefill runs one prompt at a time: batch 1)",
+            fix="give a number of prompts prefilled together (the paper's prefill runs 1)",
         )
     modules = getattr(model, "num_nextn_predict_layers", 0)
     if spec.mtp.uses_module and modules == 0:

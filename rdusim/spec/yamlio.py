@@ -310,11 +310,12 @@ _FIXES = {
     "float_parsing": "write a number",
     "float_type": "write a number",
     "bool_parsing": "write true or false",
-    "literal_error": "use one of the allowed values",
+    "literal_error": "use one of the allowed values the message lists",
+    "enum": "use one of the allowed values the message lists",
     "greater_than": "use a positive value",
     "greater_than_equal": "use a larger value",
     "less_than": "use a smaller value",
-    "less_than_equal": "use a value within the limit (rdusim bounds sizes so runs stay short)",
+    "less_than_equal": "use a value within the limit the message names",
     "finite_number": "write a finite number (not .inf or .nan)",
     "string_too_long": "use a shorter string",
     "dict_type": "write a section of keys (key: value lines indented under it)",
@@ -322,6 +323,7 @@ _FIXES = {
     "string_type": "write a string",
     "bool_not_number": "write a number",
     "inconsistent": "make this key agree with the other key the message names",
+    "value_error": "change this section as the message says",
 }
 
 

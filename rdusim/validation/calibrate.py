@@ -9,7 +9,8 @@ tolerance (a chi-square whose sigma is the band a cell must fall in):
   about a microsecond of data, so its share is a call's cost over the layer's time;
 * `software_call_s` on Table 5's 128K-with-SnapStream throughput (the paper's deployment issues
   calls from the host) and, through the same ring-buffer share, on Table 4;
-* `hardware_call_s` on kernel looping's largest published decode speed-up.
+* `hardware_call_s` on kernel looping's largest published decode speed-up: one datum for one
+  parameter, so its standard error reflects the other cells' misfit, not a redundancy of its own.
 
 From the Jacobian at the solution come each parameter's standard error, their correlations and
 the condition number of the relative sensitivities. A fit is identifiable when no parameter sits
@@ -62,7 +63,7 @@ def with_calibration(hw: Hardware, **values: float) -> Hardware:
 def fit_cells(hw: Hardware) -> list[Cell]:
     """The cells the fit matches: Table 4's shares, the fitted Table 5 throughput and the
     kernel-looping speed-up."""
-    cells = [c for c in pp.table4(hw) if c.fitted]
+    cells = [c for c in pp.table4(hw) if c.bound == "band"]  # the seven shares
     seq, ss = 131072, True
     t5 = pp.paper()["table5"]
     row = next(r for r in t5["rows"] if r["seq_len"] == seq)
@@ -128,18 +129,24 @@ class FitResult:
 
 
 def _statistics(
-    jac_x: np.ndarray, resid: np.ndarray, x: np.ndarray
+    jac_x: np.ndarray, resid: np.ndarray, x: np.ndarray, constraints: int = 0
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(standard errors, correlation matrix, condition number) from the Jacobian in parameter
-    units, the residuals and the parameter values."""
+    units, the residuals and the parameter values. `constraints` are exact relations among the
+    data (shares that sum to 100%), each one fewer independent datum. A singular J^T J, a
+    parameter the data do not see, gives an infinite standard error."""
     m, n = jac_x.shape
-    dof = max(1, m - n)
+    dof = max(1, m - n - constraints)
     s2 = float(resid @ resid) / dof
     jtj = jac_x.T @ jac_x
-    cov = np.linalg.pinv(jtj) * s2
+    try:
+        cov = np.linalg.inv(jtj) * s2
+    except np.linalg.LinAlgError:
+        cov = np.full((n, n), np.inf)
     stderr = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     denom = np.outer(stderr, stderr)
-    corr = np.divide(cov, denom, out=np.zeros_like(cov), where=denom > 0)
+    finite = np.isfinite(denom) & (denom > 0)
+    corr = np.divide(cov, denom, out=np.zeros_like(cov), where=finite)
     relative = jac_x * np.where(x != 0, x, 1.0)  # sensitivities to relative changes
     sv = np.linalg.svd(relative, compute_uv=False)
     cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf")
@@ -198,7 +205,8 @@ def fit(
     values = dict(zip(names, map(float, x), strict=True))
     fitted = with_calibration(hw, **values)
     jac_x = np.asarray(sol.jac) / scale
-    stderr_arr, corr, cond = _statistics(jac_x, np.asarray(sol.fun), x)
+    # Table 4's shares sum to 100%: one relation among the fitted cells
+    stderr_arr, corr, cond = _statistics(jac_x, np.asarray(sol.fun), x, constraints=1)
     stderr = dict(zip(names, map(float, stderr_arr), strict=True))
     at_bound = {
         n: bool(u < AT_BOUND or u > 1 - AT_BOUND) for n, u in zip(names, sol.x, strict=True)

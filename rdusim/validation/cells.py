@@ -22,6 +22,7 @@ class Cell:
     bound: str = "band"
     null_constant: float | None = None  # the constant-step null model's value of this cell
     null_roofline: float | None = None  # the roofline null model's value
+    known_miss: str | None = None  # why the shipped model is known to miss this cell
 
     @property
     def deviation(self) -> float:
@@ -69,7 +70,13 @@ class Cell:
             "error": self.error if predicted else None,
             "null_constant_error": self.null_constant_error if predicted else None,
             "null_roofline_error": self.null_roofline_error if predicted else None,
+            "known_miss": self.known_miss,
         }
+
+    @property
+    def unexpected(self) -> bool:
+        """Outside its tolerance and not a known miss, or a known miss that now passes."""
+        return self.within == (self.known_miss is not None)
 
     def fields(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,6 +30,13 @@ def facts() -> dict[str, Any]:
     return _load("sn40l_facts.yaml")
 
 
+@cache
+def known_misses() -> dict[tuple[str, str], str]:
+    """(table, cell) -> why the shipped model misses it."""
+    data = _load("known_misses.yaml")
+    return {(m["table"], m["cell"]): " ".join(m["reason"].split()) for m in data["misses"]}
+
+
 def mappings_dir() -> Path:
     here = Path(__file__).resolve().parents[2] / "mappings"
     if here.is_dir():

@@ -55,7 +55,10 @@ def test_pcus_follow_work():
     pcus = {p.name: p.pcus for p in k.ops}
     assert k.pcus == HW.socket.pcus
     assert pcus["gather"] == 0 and pcus["idle"] == 0
-    assert pcus["a"] == pytest.approx(3 * pcus["b"], abs=3)
+    # each op keeps one PCU; the 1038 others split 3:1 by work, rounded (largest remainder:
+    # each count moves by less than one)
+    assert pcus["a"] + pcus["b"] == HW.socket.pcus
+    assert abs((pcus["a"] - 1) - 3 * (pcus["b"] - 1)) < 4
 
 
 def test_pcus_weigh_work_by_efficiency():

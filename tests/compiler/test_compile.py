@@ -168,16 +168,24 @@ def test_workload_for_prefill_and_decode():
     assert workload_for("decode", 64, 131072, SS, verified=3).tokens == 192
 
 
-def test_tiles_prefill_streams_token_tiles_decode_fixed_steps():
+def _reading(name: str, nbytes: float) -> OpPlan:
+    return OpPlan(name, "gemm", "systolic", "tp", 16, 0.0, nbytes, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_tiles_prefill_streams_token_tiles_decode_streams_pmu_chunks():
     k = KernelSpec(name="k", ops=["x"])
     prefill = CompileContext(hardware(), "prefill", 2048)
-    assert _tiles(k, Workload(1, 8192, 8192), prefill) == (4, 2048)
-    assert _tiles(k, Workload(1, 100, 100), prefill) == (1, 2048)
+    assert _tiles(k, [], Workload(1, 8192, 8192), prefill) == (4, 2048)
+    assert _tiles(k, [], Workload(1, 100, 100), prefill) == (1, 2048)
     k2 = KernelSpec(name="k", ops=["x"], tiling=Tiling(tile_tokens=1000))
-    assert _tiles(k2, Workload(1, 8192, 8192), prefill) == (9, 1000)
+    assert _tiles(k2, [], Workload(1, 8192, 8192), prefill) == (9, 1000)
     decode = CompileContext(hardware(), "decode", 2048)
-    assert _tiles(k, Workload(32, 1, 8192), decode) == (64, 32)
-    assert _tiles(k, Workload(32, 3, 8192), decode) == (64, 96)
+    # small ops: at least 64 steps
+    assert _tiles(k, [_reading("a", 1e6)], Workload(32, 1, 8192), decode) == (64, 32)
+    assert _tiles(k, [_reading("a", 1e6)], Workload(32, 3, 8192), decode) == (64, 96)
+    # the largest op's bytes in 500 kB PMU chunks: 700 MB -> 1400 tiles
+    ops = [_reading("a", 7.0e8), _reading("b", 1e7)]
+    assert _tiles(k, ops, Workload(32, 1, 8192), decode) == (1400, 32)
 
 
 def pow2_floor(x: int) -> int:

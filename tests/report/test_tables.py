@@ -45,7 +45,7 @@ def test_comparison_marks_ok_and_fail() -> None:
     assert "< 3.00 %" in lines["SnapStream kernels (sum, must be below)"]
     assert "exact" in lines["128K max batch (SnapStream)"]
     assert "3/4 cells within tolerance (2 fitted, 2 predicted)" in text
-    assert "outside:\n  table5 128K throughput (no SnapStream)" in text
+    assert "NEW misses: table5 128K throughput (no SnapStream)" in text
     for header in ("simulated", "published", "deviation", "tolerance", "fitted|predicted"):
         assert header in text.splitlines()[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rdusim.compiler.compile import compile_mapping
-from rdusim.errors import SpecError
+from rdusim.errors import InfeasibleError
 from rdusim.serving.capacity import max_batch
 from rdusim.spec.mapping import load_mapping
 from rdusim.validation.calibrate import with_calibration
@@ -53,10 +53,26 @@ def test_more_usable_hbm_never_lowers_the_batch(mappings_dir: Path) -> None:
     assert batches == sorted(batches)
 
 
-def test_not_even_batch_one_fits_is_a_user_error(mappings_dir: Path) -> None:
+def test_weights_that_do_not_fit_say_so(mappings_dir: Path) -> None:
     rm = load_mapping(mappings_dir / "r1_decode.yaml", ["seq_len=131072"])
     tiny = replace(rm, hardware=with_calibration(rm.hardware, hbm_usable_fraction=0.1))
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(InfeasibleError) as info:
         max_batch(tiny)
     assert info.value.key == "batch"
-    assert "not even batch 1 fits" in str(info.value)
+    assert "the weights alone need" in str(info.value) and "shard every" in (info.value.fix or "")
+
+
+def test_not_even_batch_one_fits_is_a_user_error(mappings_dir: Path) -> None:
+    """The weights fit, but not with one 128K sequence's cache as well: HBM is set to hold the
+    weights, the workspace and half of that cache."""
+    rm = load_mapping(
+        mappings_dir / "r1_decode.yaml", ["seq_len=131072", "snapstream.enabled=false"]
+    )
+    hbm = compile_mapping(rm, batch=1).hbm
+    need = hbm.weights + hbm.workspace + 0.5 * hbm.kv_cache
+    fraction = need / rm.hardware.socket.hbm.capacity_bytes
+    small = replace(rm, hardware=with_calibration(rm.hardware, hbm_usable_fraction=fraction))
+    with pytest.raises(InfeasibleError) as info:
+        max_batch(small)
+    assert info.value.key == "batch"
+    assert "not even batch 1 fits" in str(info.value) and "KV cache" in str(info.value)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -324,10 +323,8 @@ def _nested_block(depth: int) -> str:
     ids=["open-flow", "closed-flow", "block"],
 )
 def test_deep_nesting_fails_fast_and_names_the_limit(text):
-    start = time.perf_counter()
     with pytest.raises(SpecError, match=f"more than {MAX_DEPTH} levels"):
         parse_document(text, file="deep.yaml")
-    assert time.perf_counter() - start < 1.0
 
 
 def test_nesting_up_to_the_limit_loads():
@@ -342,10 +339,8 @@ def test_alias_expansion_is_bounded():
     """A "billion laughs" document: 10 levels of 10 aliases each."""
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
-    start = time.perf_counter()
     with pytest.raises(SpecError, match=f"more than {MAX_NODES} values"):
         parse_document("\n".join(lines), file="lol.yaml")
-    assert time.perf_counter() - start < 1.0
 
 
 def test_oversized_file_is_refused(tmp_path):
@@ -403,9 +398,7 @@ def test_check_path_keys_names_key_and_line(tmp_path):
 
 def test_parse_value_of_deep_nesting_is_quick_text():
     text = _nested_flow(10_000, closed=False)
-    start = time.perf_counter()
     assert parse_value(text) == text
-    assert time.perf_counter() - start < 1.0
 
 
 def test_shown_value_is_cut_short():

@@ -54,3 +54,13 @@ def test_json_keys_and_fitted_cells_carry_no_errors():
         "table5", "x", 110.0, 100.0, 10.0, "tokens/s", True, null_constant=95.0, null_roofline=250.0
     ).as_dict()
     assert fitted["error"] is None and fitted["null_constant_error"] is None
+
+
+def test_a_cell_is_unexpected_when_it_misses_anew_or_a_known_miss_passes():
+    ok = Cell("t", "a", 10.0, 10.0, 1.0, "%", True)
+    miss = Cell("t", "a", 20.0, 10.0, 1.0, "%", True)
+    assert not ok.unexpected and miss.unexpected
+    miss.known_miss = "why"
+    ok.known_miss = "why"
+    assert not miss.unexpected and ok.unexpected
+    assert miss.as_dict()["known_miss"] == "why"

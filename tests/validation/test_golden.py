@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rdusim.validation import golden
+from tests.golden import headline as golden
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "metrics.json"
 

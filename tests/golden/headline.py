@@ -10,7 +10,7 @@ headline number changed, so the change is seen and accepted on purpose.
 
 After an intended change to the model, review and accept the new values with
 
-    python -m rdusim.validation.golden --update
+    python -m tests.golden.headline --update
 
 which rewrites the file and prints each changed value before and after. Without `--update` the
 command prints the same table and exits 1 when anything differs.
@@ -37,8 +37,8 @@ from rdusim.validation.data import mappings_dir, paper
 Value = int | float
 Metrics = dict[str, Value]
 
-GOLDEN_FILE = Path(__file__).resolve().parents[2] / "tests" / "golden" / "metrics.json"
-UPDATE_COMMAND = "python -m rdusim.validation.golden --update"
+GOLDEN_FILE = Path(__file__).resolve().parent / "metrics.json"
+UPDATE_COMMAND = "python -m tests.golden.headline --update"
 RELATIVE_TOLERANCE = 1e-9
 
 # Prompt lengths every shipped prefill mapping is also pinned at, besides its own.
@@ -304,7 +304,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rdusim.validation.golden",
+        prog="python -m tests.golden.headline",
         description="Compare the model's headline numbers with the golden file, or rewrite it.",
     )
     parser.add_argument("--update", action="store_true", help="rewrite the golden file")
