@@ -8,8 +8,8 @@ kernel's time is read off the line at its real tile count.
 
 Each call costs program load, argument load and the sockets' synchronisation (MICRO'24 SN40L
 §IV-D): `software_call_s` when the host issues calls and waits for every socket, or
-`hardware_call_s` plus one barrier round on the links when the AGCUs run a pre-loaded call
-sequence. A looped call (Koeplinger et al., "Kernel Looping", arXiv 2410.23668) runs N
+`hardware_call_s` plus the sockets' barrier on the links (one round fully connected, d - 1 on
+a ring) when the AGCUs run a pre-loaded call sequence. A looped call (Koeplinger et al., "Kernel Looping", arXiv 2410.23668) runs N
 consecutive executions of one kernel as one call with a pipelined outer loop: one call, one fill
 and drain, and iterations that overlap. The first three chained iterations are simulated: the
 second still profits from the idle bandwidth of the first, the third runs at the loop's steady
