@@ -489,7 +489,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     files = _sweep_files(args, out, axes, rows, plot)
     write_outputs(files, dict.fromkeys(files, "--out"))
     _report_sweep(points, rows, [a.key for a in axes if len(a.values) > 1], plot is not None)
-    print(f"\n{len(rows)} points; wrote {', '.join(p.name for p in files)} to {out}/")
+    points_word = "point" if len(rows) == 1 else "points"
+    print(f"\n{len(rows)} {points_word}; wrote {', '.join(p.name for p in files)} to {out}/")
     return _sweep_exit(args, rows, out)
 
 

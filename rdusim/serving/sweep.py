@@ -167,7 +167,9 @@ class PointError:
 
     def reason(self) -> str:
         """The error on one line, for the `reason` column."""
-        text = f"{self.key}: {self.problem}" if self.key else self.problem
+        leaf = (self.key or "").rsplit(".", 1)[-1]
+        named = self.key and not self.problem.startswith(leaf)
+        text = f"{self.key}: {self.problem}" if named else self.problem
         text = " ".join(text.split())
         return f"{text}; fix: {' '.join(self.fix.split())}" if self.fix else text
 

@@ -219,14 +219,14 @@ def test_infeasible_point_becomes_a_row(
     assert [(r["batch"], r["status"]) for r in rows] == [("16", "ok"), ("4096", "infeasible")]
     ok, bad = rows
     assert ok["reason"] == "" and float(ok["throughput_tokens_per_s"]) > 0
-    assert bad["reason"].startswith("batch: batch 4096 needs") and "fix:" in bad["reason"]
+    assert bad["reason"].startswith("batch 4096 needs") and "fix:" in bad["reason"]
     assert bad["throughput_tokens_per_s"] == "" and "\n" not in bad["reason"]
     data = json.loads((out / "sweep.json").read_text())
     assert (data["points"], data["infeasible"]) == (2, 1)
     assert data["columns"][:4] == ["seq_len", "batch", "status", "reason"]
     assert data["rows"][1]["status"] == "infeasible" and data["rows"][1]["total_latency_s"] is None
     assert (out / "sweep.png").exists()
-    assert "1 of 2 points infeasible" in stdout and "batch=4096: batch: batch 4096" in stdout
+    assert "1 of 2 points infeasible" in stdout and "batch=4096: batch 4096 needs" in stdout
     assert "the plot skips the 1 infeasible point" in stdout
 
 
