@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rdusim.compiler.program import LayerProgram, Program
+from rdusim.compiler.program import Kernel, LayerProgram, Program
 from rdusim.sim.kernel import KernelTiming, time_kernel
 from rdusim.spec.hardware import Hardware
 
@@ -78,32 +78,41 @@ class SimResult:
         return sum(getattr(k, attr) * r.executions for r in self.all_layers() for k in r.kernels)
 
 
-def _time_layer(
-    lp: LayerProgram, hw: Hardware, orchestration: str, trace: bool, sockets: int
-) -> LayerResult:
+class _KernelTimer:
+    """Times kernels, each distinct one once per run: layer kinds often share kernels (R1's
+    dense and MoE prefill layers run the same four attention-side kernels)."""
+
+    def __init__(self, hw: Hardware, orchestration: str, trace: bool, sockets: int) -> None:
+        self.hw = hw
+        self.orchestration = orchestration
+        self.trace = trace
+        self.sockets = sockets
+        self.seen: dict[tuple[str, int], KernelTiming] = {}
+
+    def __call__(self, kernel: Kernel, looped_executions: int) -> KernelTiming:
+        key = (repr(kernel), looped_executions)
+        if key not in self.seen:
+            self.seen[key] = time_kernel(
+                kernel,
+                self.hw,
+                orchestration=self.orchestration,
+                looped_executions=looped_executions,
+                sockets=self.sockets,
+                trace=self.trace,
+            )
+        return self.seen[key]
+
+
+def _time_layer(lp: LayerProgram, timer: _KernelTimer) -> LayerResult:
     if lp.runs == 0:  # deployed but not run (an MTP module in a `scaled` step)
         return LayerResult(lp.kind, lp.count, 0, lp.looped, [])
     looped = lp.count if lp.looped else 1
-    kernels = [
-        time_kernel(
-            k,
-            hw,
-            orchestration=orchestration,
-            looped_executions=looped,
-            sockets=sockets,
-            trace=trace,
-        )
-        for k in lp.kernels
-    ]
+    kernels = [timer(k, looped) for k in lp.kernels]
     return LayerResult(lp.kind, lp.count, lp.runs, lp.looped, kernels)
 
 
 def simulate(program: Program, hw: Hardware, *, trace: bool = False, sockets: int = 1) -> SimResult:
-    orch = program.orchestration
-    layers = {
-        kind: _time_layer(lp, hw, orch, trace, sockets) for kind, lp in program.layers.items()
-    }
-    extras = {
-        name: _time_layer(lp, hw, orch, trace, sockets) for name, lp in program.extras.items()
-    }
+    timer = _KernelTimer(hw, program.orchestration, trace, sockets)
+    layers = {kind: _time_layer(lp, timer) for kind, lp in program.layers.items()}
+    extras = {name: _time_layer(lp, timer) for name, lp in program.extras.items()}
     return SimResult(program, layers, extras)

@@ -200,3 +200,23 @@ def test_decode_throughput(decode):
 def test_decode_layers_are_two_kernels(decode):
     for layer in decode.report["layers"].values():
         assert [k["name"] for k in layer["kernels"]] == ["MLA", "FFN"]
+
+
+def test_identical_kernels_are_simulated_once(prefill, monkeypatch):
+    """R1's dense and MoE prefill layers share their attention-side kernels (same ops, sharding
+    and tiles): each distinct kernel is timed once per run, and sharing changes no number."""
+    import rdusim.sim.model as model
+
+    calls: list[str] = []
+    real = model.time_kernel
+
+    def counting(kernel, *args, **kwargs):
+        calls.append(kernel.name)
+        return real(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(model, "time_kernel", counting)
+    result = simulate(prefill.program, prefill.mapping.hardware)
+    kernels = [k for lp in prefill.program.all_layers() for k in lp.kernels]
+    distinct = {repr(k) for k in kernels}
+    assert len(calls) == len(distinct) < len(kernels)
+    assert result.total_latency_s == prefill.result.total_latency_s
