@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdusim.errors import SpecError
+from rdusim.serving.executors import ExecutorKind
 from rdusim.spec.yamlio import check_path
 
 if TYPE_CHECKING:
@@ -485,7 +486,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if plot is not None:
         sweep.check_plot(*plot, sweep.columns(axes, []), kernels=True)
     with tqdm(total=len(points), desc="sweep", unit="point", file=sys.stderr) as bar:
-        rows = sweep.run_sweep(args.mapping, points, jobs=jobs, checked=True, progress=bar.update)
+        rows = sweep.run_sweep(
+            args.mapping,
+            points,
+            jobs=jobs,
+            checked=True,
+            progress=bar.update,
+            executor=ExecutorKind(args.executor),
+            scheduler=args.scheduler,
+        )
     files = _sweep_files(args, out, axes, rows, plot)
     write_outputs(files, dict.fromkeys(files, "--out"))
     _report_sweep(points, rows, [a.key for a in axes if len(a.values) > 1], plot is not None)
@@ -600,7 +609,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="values of a mapping field (repeat for a grid; one value fixes it)",
     )
     s.add_argument(
-        "--jobs", type=int, metavar="N", help="parallel processes (default: min(4, CPU count))"
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="parallel processes, or workers of a local dask cluster (default: min(4, CPU count))",
+    )
+    s.add_argument(
+        "--executor",
+        choices=[e.value for e in ExecutorKind],
+        default=ExecutorKind.LOCAL.value,
+        help="where points run: local processes (default) or a dask.distributed cluster",
+    )
+    s.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="with --executor dask: a running scheduler (e.g. tcp://host:8786); default: a "
+        "local cluster",
     )
     s.add_argument(
         "--out", metavar="DIR", default="sweep", help="output directory (default: sweep/)"

@@ -11,12 +11,12 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rdusim.errors import InfeasibleError, RdusimError, SpecError
+from rdusim.serving.executors import ExecutorKind, run_points
 from rdusim.spec.yamlio import parse_value
 
 STATUS_OK = "ok"
@@ -211,6 +211,8 @@ def run_sweep(
     jobs: int = 1,
     checked: bool = False,
     progress: Callable[[], None] | None = None,
+    executor: ExecutorKind = ExecutorKind.LOCAL,
+    scheduler: str | None = None,
 ) -> list[dict[str, Any]]:
     """One row per point, in grid order; a point that does not fit is an infeasible row, and a
     mistake in the mapping that only compiling finds (an unknown op, a stray override) stops the
@@ -223,10 +225,15 @@ def run_sweep(
     path = str(path)
     if not checked:
         check_points(path, points)
-    if jobs <= 1 or len(points) <= 1:
-        results = [_counted(run_point(path, p), progress) for p in points]
-    else:
-        results = _run_parallel(path, points, jobs, progress)
+    results = run_points(
+        run_point,
+        path,
+        points,
+        executor=executor,
+        jobs=jobs,
+        scheduler=scheduler,
+        progress=progress,
+    )
     for p, r in zip(points, results, strict=True):
         if isinstance(r, PointError) and not r.infeasible:
             raise r.at(p)  # a mistake in the mapping, found only when it compiled
@@ -234,32 +241,6 @@ def run_sweep(
         infeasible_row(p, r.reason()) if isinstance(r, PointError) else r
         for p, r in zip(points, results, strict=True)
     ]
-
-
-def _counted(
-    result: dict[str, Any] | PointError, progress: Callable[[], None] | None
-) -> dict[str, Any] | PointError:
-    if progress:
-        progress()
-    return result
-
-
-def _run_parallel(
-    path: str, points: Sequence[Point], jobs: int, progress: Callable[[], None] | None
-) -> list[dict[str, Any] | PointError]:
-    """`run_point` for every point on `jobs` processes, results in grid order."""
-    results: list[dict[str, Any] | PointError | None] = [None] * len(points)
-    with ProcessPoolExecutor(max_workers=min(jobs, len(points))) as pool:
-        futures: dict[Future[dict[str, Any] | PointError], int] = {
-            pool.submit(run_point, path, p): i for i, p in enumerate(points)
-        }
-        try:
-            for fut in as_completed(futures):
-                results[futures[fut]] = _counted(fut.result(), progress)
-        except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-    return [r for r in results if r is not None]
 
 
 def columns(axes: Sequence[Axis], rows: Sequence[dict[str, Any]]) -> list[str]:
