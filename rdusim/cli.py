@@ -61,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     m = sub.add_parser("model", help="parameter counts, KV bytes per token and one layer's ops")
-    m.add_argument("model", help="models/*.yaml or a Hugging Face config.json")
+    m.add_argument(
+        "model",
+        help="a model YAML, a Hugging Face config.json, or a shipped model's name (rdusim list)",
+    )
     m.add_argument("--phase", choices=("prefill", "decode"), default="prefill")
     m.add_argument(
         "--seq-len", type=int, default=4096, help="prompt length (prefill) or cache length (decode)"

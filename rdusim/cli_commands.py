@@ -21,11 +21,13 @@ from rdusim.serving.executors import ExecutorKind
 from rdusim.spec.yamlio import check_path
 
 if TYPE_CHECKING:
+    from rdusim.api import MapRun
     from rdusim.spec.hardware import Hardware
     from rdusim.validation.cells import Cell
 
 # Keys of a mapping that name files, checked before the mapping is loaded.
 MAPPING_PATH_KEYS = (("model",), ("hardware",), ("moe", "routing", "file"))
+MAPPING_HELP = "a mapping YAML file, or the name of a shipped mapping (rdusim list)"
 
 
 # --- output paths ----------------------------------------------------------------------------
@@ -138,10 +140,12 @@ def write_outputs(files: Mapping[Path, str | bytes], keys: Mapping[Path, str]) -
 
 def _check_mapping_paths(mapping: str, overrides: Sequence[str]) -> None:
     """Refuse a file name in the mapping (after `--set`) that no file system accepts, naming
-    its key, before loading the model and hardware it names."""
+    its key, before loading the model and hardware it names. `mapping` may be a shipped name."""
+    from rdusim.spec.catalog import resolve_mapping
     from rdusim.spec.mapping import apply_overrides
     from rdusim.spec.yamlio import check_path_keys, read_document, to_plain
 
+    mapping = resolve_mapping(mapping)
     doc = read_document(mapping)
     data = to_plain(doc)
     if isinstance(data, dict):
@@ -158,21 +162,47 @@ def dump_json(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
+_TRACES = (("--trace", "trace"), ("--trace-full", "trace_full"))
+
+
 def _map_outputs(args: argparse.Namespace) -> dict[str, Path]:
-    """The files `rdusim map` will write, by option, checked before the run."""
+    """The files `rdusim map` will write, by option, checked before the run: no two the same."""
     outputs: dict[str, Path] = {}
-    if args.trace is not None:
-        outputs["--trace"] = output_file(args.trace, "--trace", "trace.json")
+    for key, attr in _TRACES:
+        if getattr(args, attr) is not None:
+            outputs[key] = output_file(getattr(args, attr), key, "trace.json")
     if args.out is not None:
         outputs["--out"] = output_dir(args.out, "--out", ["report.json"]) / "report.json"
-    if len(outputs) == 2 and outputs["--trace"].resolve() == outputs["--out"].resolve():
-        raise SpecError(
-            "is also the report --out writes",
-            file=str(outputs["--trace"]),
-            key="--trace",
-            fix="name a different trace file",
-        )
+    seen: dict[Path, str] = {}
+    for key in ("--out", "--trace", "--trace-full"):
+        if key not in outputs:
+            continue
+        other = seen.setdefault(outputs[key].resolve(), key)
+        if other != key:
+            what = "the report --out writes" if other == "--out" else f"the file {other} writes"
+            raise SpecError(
+                f"is also {what}",
+                file=str(outputs[key]),
+                key=key,
+                fix="name a different trace file",
+            )
     return outputs
+
+
+def _trace_files(run: MapRun, outputs: Mapping[str, Path]) -> dict[Path, str | bytes]:
+    """The trace files asked for: representative layers (--trace), every layer (--trace-full)."""
+    from rdusim.sim.trace import chrome_trace, chrome_trace_full
+
+    result = run.result
+    assert result is not None
+    files: dict[Path, str | bytes] = {}
+    if "--trace" in outputs:
+        files[outputs["--trace"]] = json.dumps(chrome_trace(result))
+    if "--trace-full" in outputs:
+        model = run.mapping.model
+        order = [model.layer_kind(i) for i in range(model.num_hidden_layers)]
+        files[outputs["--trace-full"]] = json.dumps(chrome_trace_full(result, layer_order=order))
+    return files
 
 
 def _cmd_map(args: argparse.Namespace) -> int:
@@ -181,14 +211,10 @@ def _cmd_map(args: argparse.Namespace) -> int:
 
     outputs = _map_outputs(args)
     _check_mapping_paths(args.mapping, args.set)
-    run = run_mapping(args.mapping, args.set, trace="--trace" in outputs)
+    traced = any(key in outputs for key, _ in _TRACES)
+    run = run_mapping(args.mapping, args.set, trace=traced)
     report = run.report
-    files: dict[Path, str | bytes] = {}
-    if "--trace" in outputs:
-        from rdusim.sim.trace import chrome_trace
-
-        assert run.result is not None
-        files[outputs["--trace"]] = json.dumps(chrome_trace(run.result))
+    files = _trace_files(run, outputs) if traced else {}
     if "--out" in outputs:
         files[outputs["--out"]] = dump_json(report)
     write_outputs(files, {path: key for key, path in outputs.items()})
@@ -200,8 +226,9 @@ def _cmd_map(args: argparse.Namespace) -> int:
             print()
             print(render_op_timing(report))
     notes = sys.stderr if args.json else sys.stdout
-    if "--trace" in outputs:
-        print(f"wrote trace {outputs['--trace']} (open it in ui.perfetto.dev)", file=notes)
+    for key, _ in _TRACES:
+        if key in outputs:
+            print(f"wrote trace {outputs[key]} (open it in ui.perfetto.dev)", file=notes)
     if "--out" in outputs:
         print(f"wrote report {outputs['--out']}", file=notes)
     return 0
@@ -522,10 +549,75 @@ def _sweep_exit(args: argparse.Namespace, rows: list[dict[str, Any]], out: Path)
     return 0
 
 
+# --- rdusim list ----------------------------------------------------------------------------
+
+
+def _mapping_row(name: str, path: Path) -> dict[str, Any]:
+    """A shipped mapping's phase, model and hardware, read from its YAML (nothing compiled)."""
+    from rdusim.spec.catalog import resolve_model
+    from rdusim.spec.yamlio import read_document, to_plain
+
+    data = to_plain(read_document(path))
+    model = Path(resolve_model(str(data["model"]), path.parent)).name.removesuffix(".yaml")
+    return {
+        "name": name,
+        "phase": data["phase"],
+        "model": model,
+        "hardware": data["hardware"],
+        "file": str(path),
+    }
+
+
+def _catalog() -> dict[str, list[dict[str, Any]]]:
+    """What ships with rdusim and can be named instead of a path: presets, models, mappings."""
+    from rdusim.ir.model import summarize
+    from rdusim.spec.catalog import shipped_mappings, shipped_models
+    from rdusim.spec.hardware import PRESETS, load_hardware, preset_path
+    from rdusim.spec.model import load_model_config
+
+    hardware = [
+        {"name": n, "sockets": load_hardware(n).sockets, "file": str(preset_path(n))}
+        for n in PRESETS
+    ]
+    models = []
+    for name, path in shipped_models().items():
+        s = summarize(load_model_config(path))
+        row = {"name": name, "family": s.family, "params_total": int(s.params_total)}
+        models.append(row | {"file": str(path)})
+    mappings = [_mapping_row(n, p) for n, p in shipped_mappings().items()]
+    return {"hardware": hardware, "models": models, "mappings": mappings}
+
+
+def _render_catalog(cat: Mapping[str, list[dict[str, Any]]]) -> str:
+    """Three compact tables, then how to use the names."""
+    from rdusim.report.console import si, table
+
+    hw = table(["hardware", "sockets"], [[h["name"], h["sockets"]] for h in cat["hardware"]])
+    models = table(
+        ["model", "family", "parameters"],
+        [[m["name"], m["family"], si(m["params_total"])] for m in cat["models"]],
+        "<<>",
+    )
+    keys = ("name", "phase", "model", "hardware")
+    rows = [[m[k] for k in keys] for m in cat["mappings"]]
+    mappings = table(["mapping", *keys[1:]], rows, "<<<<")
+    note = "name any of these instead of a path: rdusim map r1_prefill, rdusim model deepseek-r1"
+    return "\n\n".join([hw, models, mappings, note])
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    cat = _catalog()
+    if args.json:
+        print(dump_json(cat), end="")
+    else:
+        print(_render_catalog(cat))
+    return 0
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the mapping, simulation and reproduction commands."""
     m = sub.add_parser("map", help="compile and simulate a mapping (the main command)")
-    m.add_argument("mapping", help="mappings/*.yaml")
+    m.add_argument("mapping", help=MAPPING_HELP)
     m.add_argument(
         "--set",
         action="append",
@@ -536,10 +628,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m.add_argument("--json", action="store_true", help="print the JSON report")
     m.add_argument("--out", metavar="DIR", help="also write DIR/report.json")
     m.add_argument(
-        "--trace", metavar="FILE", help="write a Chrome/Perfetto trace (ui.perfetto.dev)"
+        "--trace",
+        metavar="FILE",
+        help="write a Chrome/Perfetto trace (ui.perfetto.dev) of one representative layer per "
+        "kind, then the other kernels, with per-op and HBM/P2P slices: the pipeline of each "
+        "kernel, not the run's timeline (it is one layer of each kind long)",
     )
     m.add_argument(
-        "--ops", action="store_true", help="also print per-op busy/stall time and bounds"
+        "--trace-full",
+        metavar="FILE",
+        help="write a Chrome/Perfetto trace of the whole run: every layer in execution order "
+        "(embedding, layers in the model's order, head, MTP drafts), ending at the report's "
+        "total latency; per-op and HBM/P2P slices for the first layer of each kind only",
+    )
+    m.add_argument(
+        "--ops",
+        action="store_true",
+        help="also print per-op sharding, busy/stall time and bounds, and each collective",
     )
     m.set_defaults(func=_cmd_map)
 
@@ -600,7 +705,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.set_defaults(func=_cmd_calibrate)
 
     s = sub.add_parser("sweep", help="run a mapping over a grid of --set values")
-    s.add_argument("mapping", help="mappings/*.yaml")
+    s.add_argument("mapping", help=MAPPING_HELP)
     s.add_argument(
         "--set",
         action="append",
@@ -640,3 +745,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="exit 1 if any point is infeasible (every row is still written)",
     )
     s.set_defaults(func=_cmd_sweep)
+
+    ls = sub.add_parser("list", help="the shipped hardware presets, models and mappings, by name")
+    ls.add_argument("--json", action="store_true", help="print them as JSON")
+    ls.set_defaults(func=_cmd_list)

@@ -412,3 +412,55 @@ def test_a_failing_run_writes_nothing(run_cli, mappings_dir, tmp_path):
     )
     assert result[0] == 2
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------------
+# --trace-full, and the text report's per-kernel and per-op sharding
+
+
+def test_trace_full_covers_the_run(run_cli, mappings_dir, tmp_path):
+    full, rep = tmp_path / "full.json", tmp_path / "rep.json"
+    code, out, err = run_cli(_map_args(mappings_dir, "--trace-full", full, "--trace", rep))
+    assert code == 0, err
+    assert f"wrote trace {full}" in out and f"wrote trace {rep}" in out
+    report = map_json(run_cli, mappings_dir / "r1_prefill.yaml", "seq_len=16384")
+    trace = json.loads(full.read_text(encoding="utf-8"))
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    end_s = max(e["ts"] + e["dur"] for e in events) / 1e6
+    assert end_s == pytest.approx(report["total_latency_s"], rel=1e-6)
+    layers = [e for e in events if e["cat"] == "layer"]
+    for kind, layer in report["layers"].items():
+        assert sum(e["args"]["layer"] == kind for e in layers) == layer["count"]
+    # --trace keeps its meaning: one representative layer per kind
+    representative = json.loads(rep.read_text(encoding="utf-8"))
+    kinds = [e["args"]["layer"] for e in representative["traceEvents"] if e.get("cat") == "layer"]
+    assert sorted(kinds) == sorted({*report["layers"], *report["extras"]})
+
+
+def test_trace_and_trace_full_cannot_be_the_same_file(run_cli, mappings_dir, tmp_path):
+    same = tmp_path / "t.json"
+    result = run_cli(_map_args(mappings_dir, "--trace", same, "--trace-full", same))
+    assert_user_error(result, same, "--trace-full", "is also the file --trace writes")
+    result = run_cli(
+        _map_args(mappings_dir, "--trace-full", tmp_path / "report.json", "--out", tmp_path)
+    )
+    assert_user_error(result, "report.json", "--trace-full", "--out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_tells_the_two_traces_apart(run_cli):
+    code, out, _ = run_cli(["map", "--help"])
+    assert code == 0
+    text = " ".join(out.split())
+    assert "--trace-full FILE" in text and "every layer in execution order" in text
+    assert "one representative layer per kind" in text and "total latency" in text
+
+
+def test_text_report_shows_attention_sharding(run_cli, mappings_dir, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    code, out, err = run_cli(["map", mappings_dir / "r1_decode.yaml", "--set", "batch=1", "--ops"])
+    assert code == 0, err
+    mla = [line for line in out.splitlines() if line.startswith("MLA ")]
+    assert len(mla) == 2 and all("tp16 (attention sp16)" in line for line in mla)
+    assert "attention [sp16]" in out  # marked in the kernel's op list
+    assert any(line.split()[:2] == ["op", "sharding"] for line in out.splitlines())

@@ -94,6 +94,12 @@ def kv_share(layer: LayerProgram, sockets: int, wl: Workload) -> float:
     return 1.0 / sockets
 
 
+def _window(layer: LayerProgram) -> int | None:
+    """The sliding window of a layer's attention (None: full attention)."""
+    windows = [op.attrs.get("window") for op in layer.graph.ops.values() if op.kind == "attention"]
+    return next((w for w in windows if w is not None), None)
+
+
 def plan_hbm(
     layers: list[LayerProgram], hw: Hardware, wl: Workload, phase: str, snap_kv: int | None
 ) -> HBMPlan:
@@ -108,8 +114,11 @@ def plan_hbm(
         if phase == "decode":
             kv += lp.count * cache_bytes(lp.graph, wl) * kv_share(lp, hw.sockets, wl)
         else:
-            # the prompt's cache (compressed, with SnapStream) waits in HBM for the decode node
+            # the prompt's cache (compressed, with SnapStream; at most a sliding window) waits in
+            # HBM for the decode node
             kept = snap_kv if snap_kv is not None else wl.kv
+            window = _window(lp)
+            kept = kept if window is None else min(kept, window)
             per_tok = cache_bytes(lp.graph, Workload(1, 1, 1))
             kv += lp.count * wl.batch * kept * per_tok / hw.sockets
     workspace = max(

@@ -356,19 +356,22 @@ def kv_input_share(graph: Graph, tensor: str, strategy: str, degree: int, frac: 
 def _flash_reread(
     graph: Graph, op: Op, sh: OpSharding, kv_block: int | None, frac: float, wl: Workload
 ) -> float:
-    """Flash-style prefill attention re-reads the K/V blocks for each query block (causal: about
-    half of them)."""
+    """Flash-style prefill attention re-reads K/V blocks for each query block: query block i
+    (of nb) reads the i blocks up to it (causal), or at most those within a sliding window."""
     if not (op.kind == "attention" and op.attrs.get("causal") and wl.seq > 1):
         return 0.0
     block = kv_block or wl.seq
     nb = math.ceil(wl.seq / block)
     if nb <= 1:
         return 0.0
+    window = op.attrs.get("window")
+    reach = nb if window is None else math.ceil(window / block) + 1
+    reads = sum(min(i, reach) for i in range(1, nb + 1))  # blocks read over all query blocks
     kv_in = sum(
         graph.tensors[t].nbytes(wl.env()) * kv_input_share(graph, t, sh.strategy, sh.degree, frac)
         for t in op.inputs[1:]
     )
-    return kv_in * ((nb + 1) / 2 - 1)
+    return kv_in * (reads / nb - 1)
 
 
 def _writes_leave_kernel(

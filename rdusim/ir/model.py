@@ -1,5 +1,7 @@
 """A whole model as IR: one graph per layer kind, plus embedding, head and the MTP module.
 
+The family's builders come from the registry (`rdusim.ir.families`), keyed by `model_type`.
+
 Layers of one kind are identical, so the model is a list of (kind, count) and one graph each;
 parameter counts and the KV bytes per token are read off these graphs, so they always agree with
 what the compiler and simulator see.
@@ -11,10 +13,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from rdusim.ir.builders import deepseek, llama
+from rdusim.ir.families import family_of
 from rdusim.ir.graph import Graph, TensorKind, Workload
 from rdusim.snapstream.config import SnapStreamConfig
-from rdusim.spec.model import DeepSeekV3Config, LlamaConfig, ModelSpec
+from rdusim.spec.model import LlamaConfig, ModelSpec
 
 
 @dataclass
@@ -30,7 +32,7 @@ class ModelGraphs:
 
 
 def _builders(cfg: ModelSpec) -> ModuleType:
-    return deepseek if isinstance(cfg, DeepSeekV3Config) else llama
+    return family_of(cfg).builders
 
 
 def layer_counts(cfg: ModelSpec) -> dict[str, int]:
@@ -45,11 +47,10 @@ def build_model(
     counts = layer_counts(cfg)
     layers = {kind: mod.build_layer(cfg, kind, phase, snapstream) for kind in counts}
     mtp: dict[str, Graph] = {}
-    if isinstance(cfg, DeepSeekV3Config) and cfg.num_nextn_predict_layers:
-        # the MTP module is one projection plus one MoE decoder layer (it shares embedding + head)
-        for i in range(cfg.num_nextn_predict_layers):
-            mtp[f"mtp{i}_proj"] = deepseek.build_mtp_projection(cfg)
-            mtp[f"mtp{i}_layer"] = deepseek.build_layer(cfg, "moe", phase)
+    # an MTP module is one projection plus one MoE decoder layer (it shares embedding + head)
+    for i in range(getattr(cfg, "num_nextn_predict_layers", 0)):
+        mtp[f"mtp{i}_proj"] = mod.build_mtp_projection(cfg)
+        mtp[f"mtp{i}_layer"] = mod.build_layer(cfg, "moe", phase)
     return ModelGraphs(
         cfg, phase, layers, counts, mod.build_embedding(cfg), mod.build_head(cfg), mtp
     )
@@ -70,10 +71,20 @@ def active_params(graph: Graph) -> float:
     return total
 
 
+def attention_window(graph: Graph) -> int | None:
+    """The sliding window of a layer's attention (None: full attention)."""
+    windows = [op.attrs["window"] for op in graph.ops.values() if "window" in op.attrs]
+    return min(windows) if windows else None
+
+
 def cache_bytes(graph: Graph, wl: Workload) -> float:
     """Bytes of a layer's KV cache for `wl` (the compressed copies SnapStream's prefill writes are
-    the same cache, smaller, and are not counted again)."""
+    the same cache, smaller, and are not counted again). A sliding window of W keys keeps at most
+    W positions."""
     env = wl.env()
+    window = attention_window(graph)
+    if window is not None:
+        env["T"] = min(env["T"], window)
     return sum(
         t.nbytes(env)
         for t in graph.tensors.values()

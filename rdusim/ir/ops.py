@@ -54,15 +54,26 @@ def _dims(dims: tuple, env: dict[str, int]) -> float:
     return math.prod(env[d] if isinstance(d, str) else d for d in dims)
 
 
-def attention_pairs(s: int, t: int, causal: bool) -> float:
+def attention_pairs(s: int, t: int, causal: bool, window: int | None = None) -> float:
     """(query, key) pairs scored per head and sequence.
 
     Causal prefill (S == T) scores the lower triangle, S(S+1)/2. A decode step's S new tokens
-    attend to the T cached positions (the causal triangle among the S is negligible).
+    attend to the T cached positions (the causal triangle among the S is negligible). A sliding
+    window of W keys caps each query at W: the triangle's first W rows, then W keys a row; in
+    decode, min(T, W) positions.
     """
     if causal and s == t:
-        return s * (s + 1) / 2
-    return float(s * t)
+        if window is None or s <= window:
+            return s * (s + 1) / 2
+        return window * (window + 1) / 2 + (s - window) * window
+    return float(s * (t if window is None else min(t, window)))
+
+
+def _windowed(op: Op, env: dict[str, int]) -> dict[str, int]:
+    """The shape symbols an op's reads see: a sliding window (`window`) caps the key positions
+    T at W."""
+    window = op.attrs.get("window")
+    return env if window is None else {**env, "T": min(env["T"], window)}
 
 
 def flops(op: Op, graph: Graph, wl: Workload) -> float:
@@ -74,7 +85,7 @@ def flops(op: Op, graph: Graph, wl: Workload) -> float:
         n = a["n"] * _dims(a.get("n_dims", ()), env)
         return 2.0 * _dims(a["m"], env) * a["k"] * n * a.get("count", 1)
     if kind == "attention":
-        pairs = attention_pairs(env["S"], env["T"], a.get("causal", True))
+        pairs = attention_pairs(env["S"], env["T"], a.get("causal", True), a.get("window"))
         return 2.0 * env["B"] * a["heads"] * pairs * (a["qk_dim"] + a["v_dim"])
     if kind in SIMD_OPS_PER_ELEMENT:
         elements = graph.tensors[op.inputs[0]].numel(env)
@@ -93,7 +104,8 @@ def bytes_read(op: Op, graph: Graph, wl: Workload) -> float:
     """Activation and cache bytes an op reads (weights excluded)."""
     env = wl.env()
     if "read_shape" in op.attrs:
-        return _dims(op.attrs["read_shape"], env) * op.attrs.get("read_dtype_bytes", 2.0)
+        shape = op.attrs["read_shape"]
+        return _dims(shape, _windowed(op, env)) * op.attrs.get("read_dtype_bytes", 2.0)
     return sum(graph.tensors[t].nbytes(env) for t in op.inputs)
 
 

@@ -1,8 +1,36 @@
-"""Plain-text tables for the terminal (no dependency: columns sized to their content)."""
+"""Plain-text tables and paragraphs for the terminal, fitted to its width (no dependency).
+
+Output is plain text whether or not stdout is a terminal, so pipes, files and tests see the same
+characters. Long cells wrap onto continuation lines rather than push a row past the width.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import textwrap
 from collections.abc import Sequence
+
+DEFAULT_WIDTH = 120  # when stdout is not a terminal and COLUMNS is unset
+MIN_WIDTH = 40  # narrower than this, tables overflow rather than wrap every word
+GAP = "  "  # between table columns
+
+
+def terminal_width() -> int:
+    """COLUMNS if set, else the terminal's width, else DEFAULT_WIDTH (a pipe or a file)."""
+    if "COLUMNS" in os.environ or _is_tty():
+        width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    else:
+        width = DEFAULT_WIDTH
+    return max(MIN_WIDTH, width)
+
+
+def _is_tty() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stdout
+        return False
 
 
 def si(value: float | None, unit: str = "", digits: int = 3) -> str:
@@ -25,18 +53,127 @@ def seconds(value: float | None) -> str:
     return f"{value * 1e6:.1f} us"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str = "") -> str:
-    """A fixed-width table; `align` has one of '<' or '>' per column (default: text left)."""
+# --- paragraphs ------------------------------------------------------------------------------
+
+
+def _wrap(text: str, width: int, indent: str = "", subsequent: str | None = None) -> list[str]:
+    """Lines of `text` within `width`, broken at spaces (a word longer than a line is split)."""
+    lines = textwrap.wrap(
+        text,
+        width=max(width, len(subsequent or indent) + 1),
+        initial_indent=indent,
+        subsequent_indent=indent if subsequent is None else subsequent,
+        break_on_hyphens=False,
+    )
+    return lines or [indent.rstrip()]
+
+
+def wrap_text(text: str, width: int | None = None, indent: str = "", subsequent: str = "") -> str:
+    """`text` as a paragraph within the terminal's width; later lines start with `subsequent`."""
+    return "\n".join(_wrap(text, width or terminal_width(), indent, subsequent))
+
+
+def wrap_items(
+    items: Sequence[str], width: int | None = None, prefix: str = "", sep: str = ", "
+) -> list[str]:
+    """`prefix` then `items` joined by `sep`, never breaking inside an item (unless one item is
+    wider than a whole line); continuation lines are indented to the end of `prefix`."""
+    width = width or terminal_width()
+    indent = " " * len(prefix)
+    mark, space = sep.rstrip(), sep[len(sep.rstrip()) :]
+    pieces = [item + (mark if i < len(items) - 1 else "") for i, item in enumerate(items)]
+    lines: list[str] = []
+    line, empty = prefix, True
+    for piece in pieces:
+        if not empty and len(line) + len(space) + len(piece) > width:
+            lines.append(line)
+            line, empty = indent, True
+        if empty and len(line) + len(piece) > width:  # one item wider than a line
+            *full, line = _wrap(piece, width, line, indent)
+            lines += full
+        else:
+            line += piece if empty else space + piece
+        empty = False
+    lines.append(line)
+    return [x.rstrip() for x in lines]
+
+
+# --- tables ----------------------------------------------------------------------------------
+
+
+def _longest_word(text: str) -> int:
+    return max((len(w) for w in text.split()), default=0)
+
+
+def _fit_widths(
+    natural: list[int], floors: list[int], width: int, wrap: Sequence[int]
+) -> list[int]:
+    """Shrink the `wrap` columns, in that order, until the row fits `width`, none below its
+    floor (the longest word it holds). A table that cannot fit keeps its natural widths: wrapping
+    that still overflows only makes the overflow harder to read."""
+    widths = list(natural)
+    excess = sum(widths) + len(GAP) * (len(widths) - 1) - width
+    for i in wrap:
+        if excess <= 0:
+            break
+        cut = min(excess, widths[i] - floors[i])
+        if cut > 0:
+            widths[i] -= cut
+            excess -= cut
+    return widths if excess <= 0 else list(natural)
+
+
+def _block(row: Sequence[str], widths: list[int], align: str) -> list[str]:
+    """One row as lines: every cell wrapped to its column, shorter cells padded with blanks."""
+    cells = [_wrap(c, w) if len(c) > w else [c] for c, w in zip(row, widths, strict=True)]
+    height = max(len(c) for c in cells)
+    return [
+        GAP.join(
+            f"{(c[j] if j < len(c) else ''):{align[i]}{widths[i]}}" for i, c in enumerate(cells)
+        ).rstrip()
+        for j in range(height)
+    ]
+
+
+def table_blocks(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    align: str = "",
+    *,
+    width: int | None = None,
+    wrap: Sequence[int] | None = None,
+) -> tuple[list[str], list[list[str]]]:
+    """The header lines (with the rule) and each row's lines, so a caller can put notes between
+    rows. Columns in `wrap` (default: the left-aligned ones, widest first) wrap in that order
+    until the table fits `width` (default: the terminal's); other columns, numbers among them,
+    never wrap, and a table that cannot fit is printed at its natural width instead."""
     cells = [[str(c) for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in cells:
-        for i, c in enumerate(row):
-            widths[i] = max(widths[i], len(c))
-    al = align or "<" + ">" * (len(headers) - 1)
+    heads = [str(h) for h in headers]
+    al = align or "<" + ">" * (len(heads) - 1)
+    columns = [[h, *(r[i] for r in cells)] for i, h in enumerate(heads)]
+    natural = [max(len(c) for c in col) for col in columns]
+    floors = [max(_longest_word(c) for c in col) for col in columns]
+    if wrap is None:
+        wrap = sorted((i for i, a in enumerate(al) if a == "<"), key=lambda i: -natural[i])
+    widths = _fit_widths(natural, floors, width or terminal_width(), wrap)
+    # a wrapped column is as wide as its longest wrapped line
+    widths = [
+        max(len(line) for c in col for line in (_wrap(c, w) if len(c) > w else [c]))
+        for col, w in zip(columns, widths, strict=True)
+    ]
+    head = [*_block(heads, widths, al), GAP.join("-" * w for w in widths)]
+    return head, [_block(r, widths, al) for r in cells]
 
-    def fmt(row: Sequence[str]) -> str:
-        return "  ".join(f"{c:{al[i]}{widths[i]}}" for i, c in enumerate(row)).rstrip()
 
-    lines = [fmt(list(headers)), "  ".join("-" * w for w in widths)]
-    lines += [fmt(r) for r in cells]
-    return "\n".join(lines)
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    align: str = "",
+    *,
+    width: int | None = None,
+    wrap: Sequence[int] | None = None,
+) -> str:
+    """A fixed-width table; `align` has one of '<' or '>' per column (default: text left), and
+    long cells wrap to fit `width` (see `table_blocks`)."""
+    head, blocks = table_blocks(headers, rows, align, width=width, wrap=wrap)
+    return "\n".join([*head, *(line for b in blocks for line in b)])

@@ -2,168 +2,273 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
-from rdusim.report.console import seconds, si, table
+from rdusim.report.console import (
+    seconds,
+    si,
+    table_blocks,
+    terminal_width,
+    wrap_items,
+    wrap_text,
+)
+
+KERNEL_HEADERS = (
+    "kernel",
+    "sharding",
+    "PCUs",
+    "PMUs",
+    "SRAM",
+    "collectives",
+    "call",
+    "latency",
+    "share",
+    "bottleneck",
+)
+KERNEL_ALIGN = "<<>>><>>><"
+# columns that wrap when the table is too wide, first shrunk first
+KERNEL_WRAP = (9, 0, 1, 5)
+LEGEND = (
+    "per socket: SRAM, collectives (count: bytes, rounds); call: part of latency; "
+    "op [dp16]: sharded unlike its kernel"
+)
 
 
 def _collectives(k: dict[str, Any]) -> str:
-    if not k["collectives"]:
+    """'6: 7.03 MB, 7 rounds': how many collectives, their bytes and rounds per socket."""
+    coll = k["collectives"]
+    if not coll:
         return "-"
-    return ", ".join(f"{c['kind']} {si(c['bytes'], 'B')}" for c in k["collectives"])
+    total = sum(c["bytes"] for c in coll)
+    rounds = sum(c.get("rounds", 1) for c in coll)
+    return f"{len(coll)}: {si(total, 'B')}, {rounds} round{'s' if rounds != 1 else ''}"
 
 
-def render_map_report(r: dict[str, Any]) -> str:
+def _collective_list(k: dict[str, Any]) -> list[str]:
+    """Each collective: kind, tensor, bytes per socket (and rounds when more than one)."""
+    out = []
+    for c in k["collectives"]:
+        rounds = c.get("rounds", 1)
+        words = [c["kind"], c.get("tensor") or "", si(c["bytes"], "B")]
+        more = f" ({rounds} rounds)" if rounds != 1 else ""
+        out.append(" ".join(w for w in words if w) + more)
+    return out
+
+
+def _op_sharding(k: dict[str, Any]) -> dict[str, str]:
+    """Each op's sharding; the kernel's label for every op when the report has no per-op map."""
+    return k.get("op_sharding") or dict.fromkeys(k["ops"], k["sharding"])
+
+
+def main_sharding(k: dict[str, Any]) -> str:
+    """The sharding most of the kernel's ops run with (ties: the earliest op's)."""
+    labels = list(_op_sharding(k).values())
+    if not labels:
+        return str(k["sharding"])
+    counts = Counter(labels)
+    return max(labels, key=lambda label: (counts[label], -labels.index(label)))
+
+
+def sharding_cell(k: dict[str, Any]) -> str:
+    """The main sharding, and attention's where it differs: 'tp16 (attention sp16)'."""
+    main = main_sharding(k)
+    attention = _op_sharding(k).get("attention")
+    if attention is not None and attention != main:
+        return f"{main} (attention {attention})"
+    return main
+
+
+def _ops_line(k: dict[str, Any], width: int) -> list[str]:
+    """The kernel's ops in order, an op whose sharding differs from the main one marked."""
+    main = main_sharding(k)
+    sharding = _op_sharding(k)
+    items = [op if sharding.get(op, main) == main else f"{op} [{sharding[op]}]" for op in k["ops"]]
+    return wrap_items(items, width, prefix="  ops: ")
+
+
+def _kernel_row(k: dict[str, Any]) -> list[object]:
+    return [
+        k["name"],
+        sharding_cell(k),
+        k["pcus"],
+        k["pmus"],
+        si(k["sram_bytes"], "B"),
+        _collectives(k),
+        seconds(k["call_s"]) if k["call_s"] is not None else "-",
+        seconds(k["latency_s"]),
+        f"{100 * k['share']:.2f}%" if k["share"] is not None else "-",
+        k["bottleneck"] or "-",
+    ]
+
+
+def _kernel_table(kernels: Sequence[dict[str, Any]], width: int) -> list[str]:
+    """One row per kernel, its ops on the lines below it."""
+    rows = [_kernel_row(k) for k in kernels]
+    head, blocks = table_blocks(KERNEL_HEADERS, rows, KERNEL_ALIGN, width=width, wrap=KERNEL_WRAP)
+    lines = list(head)
+    for k, block in zip(kernels, blocks, strict=True):
+        lines += block
+        lines += _ops_line(k, width)
+    return lines
+
+
+def _layer_title(r: dict[str, Any], kind: str, layer: dict[str, Any]) -> str:
+    lat = layer["latency_s"]
+    title = f"{kind} layers x{layer['count']}" + (f": {seconds(lat)} each" if lat else "")
+    if layer.get("looped"):
+        title += f" (one looped call; `call` is its cost shared over the {layer['count']})"
+    touched = layer.get("experts_touched")
+    if touched is not None and r["phase"] == "decode":
+        title += f", {touched:.1f} experts touched per step"
+        if r.get("expert_loading") == "all":
+            title += " (every expert streamed: expert_loading all)"
+    return title
+
+
+def render_map_report(r: dict[str, Any], width: int | None = None) -> str:
+    """The kernels of each layer kind, the HBM budget and the timing, within `width` columns
+    (default: the terminal's)."""
+    width = width or terminal_width()
     ss = r["snapstream"]
     head = (
         f"{r['mapping']}: {r['model']} on {r['hardware']} ({r['sockets']} sockets), {r['phase']}, "
         f"batch {r['batch']}, seq_len {r['seq_len']}, SnapStream "
         + (f"on (kv_len {ss['kv_len']})" if ss["enabled"] else "off")
     )
-    lines = [head, ""]
+    lines = [wrap_text(head, width, subsequent="  "), wrap_text(LEGEND, width), ""]
     for kind, layer in r["layers"].items():
-        lat = layer["latency_s"]
-        title = f"{kind} layers x{layer['count']}" + (f": {seconds(lat)} each" if lat else "")
-        if layer.get("looped"):
-            title += f" (one looped call; `call` is its cost shared over the {layer['count']})"
-        touched = layer.get("experts_touched")
-        if touched is not None and r["phase"] == "decode":
-            title += f", {touched:.1f} experts touched per step"
-            if r.get("expert_loading") == "all":
-                title += " (every expert streamed: expert_loading all)"
-        lines.append(title)
-        rows = []
-        for k in layer["kernels"]:
-            ops = ", ".join(k["ops"])
-            if len(ops) > 44:
-                ops = ops[:41] + "..."
-            rows.append(
-                [
-                    k["name"],
-                    ops,
-                    k["sharding"],
-                    k["pcus"],
-                    k["pmus"],
-                    si(k["sram_bytes"], "B"),
-                    _collectives(k),
-                    seconds(k["call_s"]) if k["call_s"] is not None else "-",
-                    seconds(k["latency_s"]),
-                    f"{100 * k['share']:.2f}%" if k["share"] is not None else "-",
-                    k["bottleneck"] or "-",
-                ]
-            )
-        lines.append(
-            table(
-                [
-                    "kernel",
-                    "ops",
-                    "sharding",
-                    "PCUs",
-                    "PMUs",
-                    "SRAM/socket",
-                    "collectives/socket",
-                    "call",
-                    "latency",
-                    "share",
-                    "bottleneck",
-                ],
-                rows,
-                "<<<>>><<>>><",
-            )
-        )
+        lines.append(wrap_text(_layer_title(r, kind, layer), width, subsequent="  "))
+        lines += _kernel_table(layer["kernels"], width)
         lines.append("")
+    lines += _extras_lines(r, width)
+    summary = [wrap_text(text, width, subsequent="  ") for text in _summary(r)]
+    lines += [*summary[:-1], *_calibration_lines(r, width), summary[-1]]
+    return "\n".join(lines)
+
+
+def _extras_lines(r: dict[str, Any], width: int) -> list[str]:
+    """Embedding, head, MTP: one execution's latency each."""
     extras = [
         f"{name} x{e['runs']}: {seconds(e['latency_s'])}"
         for name, e in r["extras"].items()
         if e["runs"] and e["latency_s"] is not None
     ]
-    if extras:
-        lines.append("other kernels (each run): " + ", ".join(extras))
-        lines.append("")
+    if not extras:
+        return []
+    return [*wrap_items(extras, width, prefix="other kernels (each run): "), ""]
+
+
+def _summary(r: dict[str, Any]) -> list[str]:
+    """The run's totals, one paragraph each: memory, time, decode throughput, calibration."""
     hbm = r["hbm_bytes"]
     used = hbm["weights"] + hbm["kv_cache"] + hbm["workspace"]
-    lines.append(
+    out = [
         f"HBM per socket: weights {si(hbm['weights'], 'B')}, KV cache {si(hbm['kv_cache'], 'B')}, "
-        f"workspace {si(hbm['workspace'], 'B')} = {si(used, 'B')} of {si(hbm['capacity'], 'B')} usable"
-    )
-    lines.append(f"SRAM peak per socket: {si(r['sram_peak_bytes'], 'B')}")
+        f"workspace {si(hbm['workspace'], 'B')} = {si(used, 'B')} of {si(hbm['capacity'], 'B')} "
+        "usable",
+        f"SRAM peak per socket: {si(r['sram_peak_bytes'], 'B')}",
+    ]
     if r["total_latency_s"] is not None:
         what = "time to first token" if r["phase"] == "prefill" else "decode step"
-        lines.append(f"{what}: {seconds(r['total_latency_s'])}")
+        out.append(f"{what}: {seconds(r['total_latency_s'])}")
     if r.get("kernel_call_time_s") is not None:
         looping = ", kernel looping" if r.get("kernel_looping") else ""
-        lines.append(
+        out.append(
             f"kernel calls: {r['kernel_calls']} ({r['orchestration']} orchestration{looping}), "
             f"{seconds(r['kernel_call_time_s'])} of it"
         )
     if r["phase"] == "decode":
-        if r["max_batch_size"] is not None:
-            lines.append(f"max batch size (power of two that fits HBM): {r['max_batch_size']}")
-        mtp = r.get("mtp") or {}
-        if mtp.get("mode") == "scaled":
-            how = f"{r['tokens_per_step']:g} tokens/step, a reported multiplier on a plain step"
-        elif mtp.get("draft_tokens"):
-            how = (
-                f"{r['tokens_per_step']:.2f} tokens/step accepted: {mtp['draft_tokens']} drafts "
-                f"verified ({mtp['verified_tokens']} tokens per sequence)"
-            )
-        else:
-            how = "none (1 token per step)"
-        lines.append(f"multi-token prediction: {how}")
-        if r["throughput_tokens_per_s"] is not None:
-            lines.append(
-                f"throughput: {r['throughput_tokens_per_s']:.0f} tokens/s "
-                f"(batch {r['batch']} x {r['tokens_per_step']:.3g} tokens per step)"
-            )
-        if r.get("tpot_s"):
-            lines.append(
-                f"time per output token: {seconds(r['tpot_s'])} "
-                f"({1.0 / r['tpot_s']:.1f} tokens/s per user)"
-            )
-        upd = ss.get("decode_update_sram_bytes")
-        if upd:
-            lines.append(
-                f"decode cache update on chip ({upd['kernel']} kernel): naive {si(upd['naive'], 'B')}"
-                f" vs ring buffer {si(upd['ring'], 'B')} ({upd['ratio']:.1f}x; naive indexing alone "
-                f"{si(upd['naive_indexing'], 'B')})"
-            )
+        out += _decode_summary(r)
     if r["traffic_bytes"]:
         t = r["traffic_bytes"]
-        lines.append(f"traffic per socket: HBM {si(t['hbm'], 'B')}, P2P {si(t['p2p'], 'B')}")
-    lines.append(
-        "calibration: "
-        + ", ".join(f"{k}={v['value']:g}" for k, v in (r.get("calibration") or {}).items())
-    )
-    lines.append(
+        out.append(f"traffic per socket: HBM {si(t['hbm'], 'B')}, P2P {si(t['p2p'], 'B')}")
+    out.append(
         "(shares and throughputs are predictions of the model; see `rdusim validate` "
         "for which published figures the calibration was fitted on)"
     )
-    return "\n".join(lines)
+    return out
 
 
-def render_op_timing(r: dict[str, Any]) -> str:
-    """Per-op busy and stall time, PCUs and what bounds each stage, kernel by kernel."""
+def _calibration_lines(r: dict[str, Any], width: int) -> list[str]:
+    values = [f"{k}={v['value']:g}" for k, v in (r.get("calibration") or {}).items()]
+    return wrap_items(values, width, prefix="calibration: ")
+
+
+def _decode_summary(r: dict[str, Any]) -> list[str]:
+    """Batch, multi-token prediction, throughput and the on-chip cache update of a decode step."""
+    out = []
+    if r["max_batch_size"] is not None:
+        out.append(f"max batch size (power of two that fits HBM): {r['max_batch_size']}")
+    mtp = r.get("mtp") or {}
+    if mtp.get("mode") == "scaled":
+        how = f"{r['tokens_per_step']:g} tokens/step, a reported multiplier on a plain step"
+    elif mtp.get("draft_tokens"):
+        how = (
+            f"{r['tokens_per_step']:.2f} tokens/step accepted: {mtp['draft_tokens']} drafts "
+            f"verified ({mtp['verified_tokens']} tokens per sequence)"
+        )
+    else:
+        how = "none (1 token per step)"
+    out.append(f"multi-token prediction: {how}")
+    if r["throughput_tokens_per_s"] is not None:
+        out.append(
+            f"throughput: {r['throughput_tokens_per_s']:.0f} tokens/s "
+            f"(batch {r['batch']} x {r['tokens_per_step']:.3g} tokens per step)"
+        )
+    if r.get("tpot_s"):
+        out.append(
+            f"time per output token: {seconds(r['tpot_s'])} "
+            f"({1.0 / r['tpot_s']:.1f} tokens/s per user)"
+        )
+    upd = r["snapstream"].get("decode_update_sram_bytes")
+    if upd:
+        out.append(
+            f"decode cache update on chip ({upd['kernel']} kernel): naive {si(upd['naive'], 'B')}"
+            f" vs ring buffer {si(upd['ring'], 'B')} ({upd['ratio']:.1f}x; naive indexing alone "
+            f"{si(upd['naive_indexing'], 'B')})"
+        )
+    return out
+
+
+OP_HEADERS = ("op", "sharding", "PCUs", "busy", "HBM", "stall", "bound")
+
+
+def _op_rows(k: dict[str, Any]) -> list[list[object]]:
+    sharding = _op_sharding(k)
+    return [
+        [
+            o["op"],
+            sharding.get(o["op"], "-"),
+            o["pcus"],
+            seconds(o["busy_s"]),
+            seconds(o["hbm_s"]),
+            seconds(o["stall_s"]),
+            o["bound"],
+        ]
+        for o in k["op_timing"]
+    ]
+
+
+def render_op_timing(r: dict[str, Any], width: int | None = None) -> str:
+    """Per-op sharding, busy and stall time, PCUs and what bounds each stage, kernel by kernel,
+    with each kernel's collectives listed one by one."""
+    width = width or terminal_width()
     lines = []
     for kind, layer in r["layers"].items():
         for k in layer["kernels"]:
             if not k["op_timing"]:
                 continue
             call = f"; call {seconds(k['call_s'])}" if k.get("call_s") else ""
-            lines.append(
+            title = (
                 f"{kind} / {k['name']}: {seconds(k['latency_s'])} (pipeline "
                 f"{seconds(k['pipeline_s'])}{call}), bottleneck {k['bottleneck']}"
             )
-            rows = [
-                [
-                    o["op"],
-                    o["pcus"],
-                    seconds(o["busy_s"]),
-                    seconds(o["hbm_s"]),
-                    seconds(o["stall_s"]),
-                    o["bound"],
-                ]
-                for o in k["op_timing"]
-            ]
-            lines.append(table(["op", "PCUs", "busy", "HBM", "stall", "bound"], rows, "<>>>><"))
-            lines.append("")
+            lines.append(wrap_text(title, width, subsequent="  "))
+            if k["collectives"]:
+                prefix = "  collectives per socket: "
+                lines += wrap_items(_collective_list(k), width, prefix=prefix)
+            head, blocks = table_blocks(OP_HEADERS, _op_rows(k), "<<>>>><", width=width)
+            lines += [*head, *(line for b in blocks for line in b), ""]
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from rdusim.errors import SpecError
 from rdusim.ir.graph import Workload
 from rdusim.ir.model import build_model, summarize
 from rdusim.ir.ops import op_table
-from rdusim.report.console import si, table
+from rdusim.report.console import si, table, terminal_width, wrap_text
 from rdusim.spec.model import load_model_config
 
 
@@ -49,7 +49,9 @@ def model_report(
     }
 
 
-def render_model_report(r: dict[str, Any]) -> str:
+def render_model_report(r: dict[str, Any], width: int | None = None) -> str:
+    """Parameters, weights, KV bytes and one layer's op table, within `width` columns."""
+    width = width or terminal_width()
     lines = [
         f"{r['model']} ({r['family']})",
         f"  parameters      {si(r['params_total'])} total, {si(r['params_active'])} active per token"
@@ -58,8 +60,11 @@ def render_model_report(r: dict[str, Any]) -> str:
         f"  KV cache        {r['kv_bytes_per_token']:.0f} bytes per token ({r['dtypes']['kv_cache']})",
         "  layers          " + ", ".join(f"{n} {k}" for k, n in r["layers_by_kind"].items()),
         "",
-        f"one {r['layer']['kind']} layer, {r['layer']['phase']}, batch {r['layer']['batch']}, "
-        f"seq_len {r['layer']['seq_len']}:",
+        wrap_text(
+            f"one {r['layer']['kind']} layer, {r['layer']['phase']}, batch "
+            f"{r['layer']['batch']}, seq_len {r['layer']['seq_len']}:",
+            width,
+        ),
     ]
     rows = [
         [
@@ -72,5 +77,6 @@ def render_model_report(r: dict[str, Any]) -> str:
         ]
         for o in r["layer"]["ops"]
     ]
-    lines.append(table(["op", "kind", "flops", "read", "written", "weights"], rows, "<<>>>>"))
+    headers = ["op", "kind", "flops", "read", "written", "weights"]
+    lines.append(table(headers, rows, "<<>>>>", width=width))
     return "\n".join(lines)

@@ -13,12 +13,11 @@ import json
 import os
 import re
 import tempfile
-import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.report.console import seconds, si, table
+from rdusim.report.console import seconds, si, table, terminal_width, wrap_text
 
 if TYPE_CHECKING:
     from rdusim.validation.cells import Cell
@@ -58,8 +57,7 @@ def _deviation(c: Cell) -> str:
     if c.unit == "%":
         return f"{d:+.2f} pt"
     if c.unit == "tokens/s":
-        rel = f" ({100 * d / c.published:+.1f}%)" if c.published else ""
-        return f"{d:+,.0f}{rel}"
+        return f"{100 * d / c.published:+.1f}%" if c.published else f"{d:+,.0f}"
     if c.unit == "seqs":
         return f"{d:+g}"
     if c.unit == "x":
@@ -75,8 +73,7 @@ def _tolerance(c: Cell) -> str:
     if c.unit == "%":
         return f"±{c.tolerance:.2f} pt"
     if c.unit == "tokens/s":
-        rel = f" ({100 * c.tolerance / c.published:.0f}%)" if c.published else ""
-        return f"±{c.tolerance:,.0f}{rel}"
+        return f"±{100 * c.tolerance / c.published:.0f}%" if c.published else f"±{c.tolerance:,.0f}"
     if c.unit == "x":
         return f"±{c.tolerance:.2f}"
     return f"±{c.tolerance:g}"
@@ -100,7 +97,6 @@ def comparison_rows(cells: Iterable[Cell]) -> list[list[str]]:
         pub = _value(c.published, c.unit)
         if c.bound == "max":
             pub = "< " + pub
-        predicted = not c.fitted
         rows.append(
             [
                 c.table,
@@ -111,58 +107,105 @@ def comparison_rows(cells: Iterable[Cell]) -> list[list[str]]:
                 _tolerance(c),
                 status(c),
                 "ok" if c.within else ("known" if c.known_miss else "FAIL"),
-                _percent(c.null_constant_error) if predicted else "",
-                _percent(c.null_roofline_error) if predicted else "",
             ]
         )
     return rows
 
 
-def render_comparison(cells: Sequence[Cell], title: str = "") -> str:
-    """The comparison of simulated and published cells, with a one-line summary."""
-    headers = [
-        "table",
-        "cell",
-        "simulated",
-        "published",
-        "deviation",
-        "tolerance",
-        "fitted|predicted",
-        "ok/FAIL",
-        "null: const",
-        "null: roofline",
+COMPARISON_HEADERS = (
+    "table",
+    "cell",
+    "simulated",
+    "published",
+    "deviation",
+    "tolerance",
+    "status",
+    "check",
+)
+
+
+COMPARISON_LEGEND = (
+    "status: fitted|predicted (fitted: the calibration was fitted on it); "
+    "check: ok/FAIL (known: a listed miss, see below)"
+)
+NULL_HEADERS = ("predicted cell", "rdusim", "null: const", "null: roofline")
+
+
+def null_model_rows(cells: Iterable[Cell]) -> list[list[str]]:
+    """Relative errors of rdusim and of the two null models, for the predicted cells that have
+    null-model values (a fitted cell is no test of them)."""
+    return [
+        [
+            f"{c.table} {c.item}",
+            _percent(c.error),
+            _percent(c.null_constant_error),
+            _percent(c.null_roofline_error),
+        ]
+        for c in cells
+        if not c.fitted and (c.null_constant is not None or c.null_roofline is not None)
     ]
-    body = table(headers, comparison_rows(cells), align="<<>>>><<>>")
+
+
+def render_comparison(cells: Sequence[Cell], title: str = "", width: int | None = None) -> str:
+    """The comparison of simulated and published cells, the null models' errors on the
+    predicted ones, and a summary, within `width` columns (default: the terminal's)."""
+    width = width or terminal_width()
+    body = table(
+        COMPARISON_HEADERS,
+        comparison_rows(cells),
+        align="<<>>>><<",
+        width=width,
+        wrap=(1, 5, 4),
+    )
+    parts = [title, ""] if title else []
+    parts += [body, wrap_text(COMPARISON_LEGEND, width)]
+    nulls = null_model_rows(cells)
+    if nulls:
+        parts += [
+            "",
+            "relative error of rdusim and of the null models (constant step, roofline) on the "
+            "predicted cells:",
+            table(NULL_HEADERS, nulls, width=width),
+        ]
+    return "\n".join([*parts, "", *_comparison_summary(cells, width)])
+
+
+def _comparison_summary(cells: Sequence[Cell], width: int) -> list[str]:
+    """How many cells are within tolerance; the known misses with why; new misses; fixed ones."""
     failed = [c for c in cells if not c.within]
     n_fit = sum(c.fitted for c in cells)
-    summary = (
+    lines = [
         f"{len(cells) - len(failed)}/{len(cells)} cells within tolerance "
         f"({n_fit} fitted, {len(cells) - n_fit} predicted)"
-    )
+    ]
     known = [c for c in failed if c.known_miss]
     new = [c for c in failed if not c.known_miss]
     fixed = [c for c in cells if c.within and c.known_miss]
-    lines = [summary]
     if known:
         lines.append(f"{len(known)} known misses (the model cannot reach them, and says why):")
-        lines += [_wrapped(f"{c.table} {c.item}: {c.known_miss}") for c in known]
+        lines += [_wrapped(f"{c.table} {c.item}: {c.known_miss}", width) for c in known]
     if new:
-        lines.append("NEW misses: " + ", ".join(f"{c.table} {c.item}" for c in new))
-    if fixed:
         lines.append(
-            "known misses now within tolerance (update the list): "
-            + ", ".join(f"{c.table} {c.item}" for c in fixed)
+            wrap_text(
+                "NEW misses: " + ", ".join(f"{c.table} {c.item}" for c in new), width, "", "  "
+            )
         )
-    parts = [title, ""] if title else []
-    return "\n".join([*parts, body, "", *lines])
+    if fixed:
+        text = "known misses now within tolerance (update the list): " + ", ".join(
+            f"{c.table} {c.item}" for c in fixed
+        )
+        lines.append(wrap_text(text, width, "", "  "))
+    return lines
 
 
-def _wrapped(text: str) -> str:
-    return textwrap.fill(text, width=96, initial_indent="  ", subsequent_indent="    ")
+def _wrapped(text: str, width: int) -> str:
+    return wrap_text(text, min(96, width), "  ", "    ")
 
 
-def render_null_summary(summary: Mapping[str, Any]) -> str:
-    """Whether rdusim beats the null models on the predicted Table 5 cells."""
+def render_null_summary(summary: Mapping[str, Any], width: int | None = None) -> str:
+    """Whether rdusim beats the null models on the predicted Table 5 cells: the verdict on the
+    first line, the sums of squared relative errors below it."""
+    width = width or terminal_width()
     verdict = (
         "beats both null models"
         if summary["beats_both"]
@@ -175,12 +218,12 @@ def render_null_summary(summary: Mapping[str, Any]) -> str:
             )
         )
     )
-    return (
-        f"\nnull models on the {summary['cells']} predicted Table 5 cells (sum of squared "
-        f"relative errors): rdusim {summary['sse_rdusim']:.4f}, constant step "
-        f"{summary['sse_null_constant']:.4f}, roofline {summary['sse_null_roofline']:.4f}; "
-        f"rdusim {verdict}"
+    errors = (
+        f"sum of squared relative errors: rdusim {summary['sse_rdusim']:.4f}, constant step "
+        f"{summary['sse_null_constant']:.4f}, roofline {summary['sse_null_roofline']:.4f}"
     )
+    head = f"null models on the {summary['cells']} predicted Table 5 cells: rdusim {verdict}"
+    return "\n" + wrap_text(head, width, "", "  ") + "\n" + wrap_text(errors, width, "  ", "  ")
 
 
 # --- CSV / JSON ------------------------------------------------------------------------------
@@ -239,7 +282,9 @@ def render_params(
     after: Mapping[str, float],
     fitted_on: Mapping[str, str],
     stderr: Mapping[str, float] | None = None,
+    width: int | None = None,
 ) -> str:
+    """Each parameter before and after the fit, its standard error and what it is fitted on."""
     rows = []
     for name, old in before.items():
         new = after[name]
@@ -250,23 +295,29 @@ def render_params(
             [name, format_param(old), format_param(new), sigma, change, fitted_on.get(name, "-")]
         )
     return table(
-        ["parameter", "before", "after", "stderr", "change", "fitted on"], rows, align="<>>>><"
+        ["parameter", "before", "after", "stderr", "change", "fitted on"],
+        rows,
+        align="<>>>><",
+        width=width,
+        wrap=(5,),
     )
 
 
-def render_fit_statistics(fit: Mapping[str, Any]) -> str:
+def render_fit_statistics(fit: Mapping[str, Any], width: int | None = None) -> str:
     """Correlations, condition number and the identifiability verdict of a fit."""
     names = fit["parameter_order"]
     rows = [
         [n, *(f"{v:+.2f}" for v in row)] for n, row in zip(names, fit["correlation"], strict=True)
     ]
     short = [n.replace("_efficiency", "_eff").replace("_call_s", "_call") for n in names]
-    body = table(["correlation", *short], rows, align="<" + ">" * len(names))
+    body = table(["correlation", *short], rows, align="<" + ">" * len(names), width=width)
     verdict = "identifiable" if fit["identifiable"] else "NOT identifiable"
     return body + f"\n\ncondition number {fit['condition_number']:.3g}: {verdict}"
 
 
-def render_residuals(before: Sequence[Cell], after: Sequence[Cell]) -> str:
+def render_residuals(
+    before: Sequence[Cell], after: Sequence[Cell], width: int | None = None
+) -> str:
     """Fitted cells before and after the fit; residual = deviation / tolerance."""
 
     def ratio(c: Cell) -> str:
@@ -299,6 +350,8 @@ def render_residuals(before: Sequence[Cell], after: Sequence[Cell]) -> str:
         ],
         rows,
         align="<>>>>>>",
+        width=width,
+        wrap=(0,),
     )
     return body + f"\n\nsum of squared residuals: {cost_b:.4g} -> {cost_a:.4g}"
 
@@ -358,13 +411,15 @@ SUMMARY_COLUMNS = {
 }
 
 
-def render_sweep(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
+def render_sweep(
+    rows: Sequence[Mapping[str, Any]], keys: Sequence[str], width: int | None = None
+) -> str:
     """One line per sweep point: the varying keys, then the headline results."""
     columns = [*keys, *(c for c in SUMMARY_COLUMNS if c not in keys)]
     body = [[_sweep_cell(c, r.get(c)) for c in columns] for r in rows]
     headers = [SUMMARY_COLUMNS.get(c, c) if c not in keys else c for c in columns]
     align = "".join("<" if c in keys else ">" for c in columns)
-    return table(headers, body, align=align)
+    return table(headers, body, align=align, width=width)
 
 
 # --- files -----------------------------------------------------------------------------------

@@ -2,12 +2,19 @@
 
 The engine records one slice per tile for every op and every HBM/P2P transfer, and a model has
 dozens of identical layers: written out as is, a 61-layer R1 prefill would be millions of events
-and far too large for a browser. The trace therefore shows what a reader needs to see the
-pipeline, and nothing that repeats:
+and far too large for a browser. Two layouts keep the file small:
 
-* one representative layer per layer kind (args carry `count` and `runs`), then the extras, laid
-  end to end in execution order (embedding, layers, head, MTP), so kernel slices never overlap
-  and their durations add up to the report's layer latencies;
+* `chrome_trace` (`rdusim map --trace`): one representative layer per layer kind (args carry
+  `count` and `runs`), then the extras, laid end to end in execution order (embedding, layers,
+  head, MTP), so kernel slices never overlap and their durations add up to the report's layer
+  latencies; the timeline is one layer of each kind long, not the whole run;
+* `chrome_trace_full` (`rdusim map --trace-full`): every layer execution in order on one
+  timeline (embedding, each layer in the model's order, head, the MTP drafts), ending at the
+  report's `total_latency_s`; the detail below is drawn for the first execution of each layer
+  kind and extra only, the rest show kernel slices.
+
+Detail, where drawn:
+
 * per op, one slice per kernel execution spanning its first to its last tile;
 * per resource (HBM, P2P), transfers closer than `merge_gap_s` merged into one slice.
 
@@ -18,8 +25,9 @@ Times are microseconds, as the format requires.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rdusim.sim.engine import Slice
@@ -28,6 +36,7 @@ from rdusim.sim.model import LayerResult, SimResult
 
 MERGE_GAP_S = 1e-6  # transfers closer than this on one resource become one slice
 MAX_STREAMS_IN_ARGS = 8  # names listed in a merged transfer slice's args
+DETAILED_EXECUTIONS = 1  # full trace: executions of each layer kind / extra drawn in detail
 
 US = 1e6  # seconds -> microseconds
 _TID_STRIDE = 1000  # tids are unique across processes: pid * stride + local index
@@ -114,35 +123,35 @@ class _Tracks:
         return out
 
 
-def _kernel_events(
-    k: KernelTiming, lr: LayerResult, t0: float, socket: int, tracks: _Tracks, merge_gap_s: float
-) -> list[dict[str, Any]]:
-    pid = tracks.pid
-    where = {"layer": lr.kind, "kernel": k.name}
-    events = [
-        _event(
-            k.name,
-            "kernel",
-            t0,
-            t0 + k.latency_s,
-            pid,
-            tracks.fixed["kernels"],
-            {
-                **where,
-                "count": lr.count,
-                "runs": lr.executions,
-                "latency_s": k.latency_s,
-                "call_s": k.call_share_s,
-                "pipeline_s": k.pipeline_s,
-                "bottleneck": k.bottleneck,
-                "hbm_bytes": k.hbm_bytes,
-                "p2p_bytes": k.p2p_bytes,
-            },
-        )
-    ]
-    mine = [s for s in k.slices if s.socket == socket]
+def _kernel_slice(
+    k: KernelTiming, lr: LayerResult, t0: float, tracks: _Tracks, where: dict[str, Any]
+) -> dict[str, Any]:
+    """One kernel execution, its share of the call included."""
+    return _event(
+        k.name,
+        "kernel",
+        t0,
+        t0 + k.latency_s,
+        tracks.pid,
+        tracks.fixed["kernels"],
+        {
+            **where,
+            "count": lr.count,
+            "runs": lr.executions,
+            "latency_s": k.latency_s,
+            "call_s": k.call_share_s,
+            "pipeline_s": k.pipeline_s,
+            "bottleneck": k.bottleneck,
+            "hbm_bytes": k.hbm_bytes,
+            "p2p_bytes": k.p2p_bytes,
+        },
+    )
 
-    # ops: first tile start to last tile end
+
+def _op_events(
+    k: KernelTiming, mine: list[Slice], t0: float, tracks: _Tracks, where: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Per op: first tile start to last tile end, with the op's timing in args."""
     spans: dict[str, list[float]] = {}
     tiles: dict[str, int] = defaultdict(int)
     for s in mine:
@@ -152,6 +161,7 @@ def _kernel_events(
         span[0], span[1] = min(span[0], s.start), max(span[1], s.end)
         tiles[s.name] += 1
     timing = {o.name: o for o in k.ops}
+    events = []
     for name, (start, end) in spans.items():
         o = timing.get(name)
         detail = (
@@ -171,30 +181,34 @@ def _kernel_events(
                 "op",
                 t0 + start,
                 t0 + end,
-                pid,
+                tracks.pid,
                 tracks.op(name),
                 {**where, "tiles": tiles[name], **detail},
             )
         )
+    return events
 
-    # HBM / P2P: merged transfers
-    for track, tid_key in (("HBM", "HBM"), ("P2P", "P2P")):
+
+def _transfer_events(
+    mine: list[Slice], t0: float, tracks: _Tracks, where: dict[str, Any], merge_gap_s: float
+) -> list[dict[str, Any]]:
+    """HBM and P2P transfers, those closer than `merge_gap_s` merged into one slice."""
+    events = []
+    for track in ("HBM", "P2P"):
         for group in _merge((s for s in mine if s.track == track), merge_gap_s):
             held: dict[str, float] = defaultdict(float)
             for s in group:
                 held[s.name] += s.end - s.start
             ranked = sorted(held, key=lambda n: (-held[n], n))
             name = ranked[0] if len(ranked) == 1 else f"{ranked[0]} +{len(ranked) - 1}"
-            start = min(s.start for s in group)
-            end = max(s.end for s in group)
             events.append(
                 _event(
                     name,
                     track.lower(),
-                    t0 + start,
-                    t0 + end,
-                    pid,
-                    tracks.fixed[tid_key],
+                    t0 + min(s.start for s in group),
+                    t0 + max(s.end for s in group),
+                    tracks.pid,
+                    tracks.fixed[track],
                     {
                         **where,
                         "transfers": len(group),
@@ -206,14 +220,103 @@ def _kernel_events(
     return events
 
 
-def chrome_trace(result: SimResult, *, merge_gap_s: float = MERGE_GAP_S) -> dict[str, Any]:
-    """The run as a Chrome Trace Event dict (`json.dumps` it; open in ui.perfetto.dev).
+def _kernel_events(
+    k: KernelTiming,
+    lr: LayerResult,
+    t0: float,
+    socket: int,
+    tracks: _Tracks,
+    merge_gap_s: float,
+    *,
+    detailed: bool = True,
+    where: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The kernel's slice and, when `detailed`, its op and transfer slices on `socket`."""
+    where = {"layer": lr.kind, "kernel": k.name, **(where or {})}
+    events = [_kernel_slice(k, lr, t0, tracks, where)]
+    if detailed:
+        mine = [s for s in k.slices if s.socket == socket]
+        events += _op_events(k, mine, t0, tracks, where)
+        events += _transfer_events(mine, t0, tracks, where, merge_gap_s)
+    return events
 
-    `result` must come from `simulate(..., trace=True)`. Layers of a kind are shown once; their
-    `count` (and `runs`, executions per prompt/step) are in each kernel slice's args.
-    """
+
+@dataclass(frozen=True)
+class _Run:
+    """One layer execution on the timeline (or a representative of `lr.executions` of them)."""
+
+    lr: LayerResult
+    title: str
+    detailed: bool = True
+    args: dict[str, Any] = field(default_factory=dict)  # added to its slices' args
+
+
+def _representatives(result: SimResult) -> list[_Run]:
+    """Each layer kind and extra once, titled with how often it runs."""
+    runs = []
+    for lr in _execution_order(result):
+        title = f"{lr.kind} x{lr.count}" if lr.count > 1 else lr.kind
+        if lr.executions != lr.count:
+            title += f" ({lr.executions} runs)"
+        runs.append(_Run(lr, title))
+    return runs
+
+
+def _check_order(result: SimResult, layer_order: Sequence[str]) -> None:
+    have = Counter(layer_order)
+    want = {kind: lr.count for kind, lr in result.layers.items()}
+    if have != want:
+        raise ValueError(f"layer_order has {dict(have)} layers by kind; the program has {want}")
+
+
+class _Sequencer:
+    """Every execution of a run in order, each layer kind or extra drawn in detail for its first
+    `detailed` executions; `leftovers` adds any execution the known order did not place."""
+
+    def __init__(self, result: SimResult, detailed: int) -> None:
+        self.left = {id(lr): lr.executions if lr.kernels else 0 for lr in result.all_layers()}
+        self.seen: dict[int, int] = defaultdict(int)
+        self.detailed = detailed
+        self.runs: list[_Run] = []
+
+    def add(self, lr: LayerResult | None, title: str, **args: Any) -> None:
+        if lr is None or self.left[id(lr)] <= 0:
+            return
+        self.left[id(lr)] -= 1
+        self.seen[id(lr)] += 1
+        detail = self.seen[id(lr)] <= self.detailed
+        self.runs.append(_Run(lr, title, detail, {"execution": self.seen[id(lr)], **args}))
+
+    def leftovers(self, result: SimResult) -> None:
+        for lr in result.all_layers():
+            while self.left[id(lr)] > 0:
+                self.add(lr, f"{lr.kind} (run {self.seen[id(lr)] + 1})")
+
+
+def _every_execution(result: SimResult, layer_order: Sequence[str], detailed: int) -> list[_Run]:
+    """Embedding, each layer in `layer_order`, head, then per MTP draft: its embedding, the
+    module that drafts it (draft j: module j mod modules), its head."""
+    extras = result.extras
+    seq = _Sequencer(result, detailed)
+    seq.add(extras.get("embedding"), "embedding")
+    for index, kind in enumerate(layer_order):
+        seq.add(result.layers[kind], f"layer {index} ({kind})", index=index)
+    seq.add(extras.get("head"), "head")
+    modules = sum(1 for name in extras if name.startswith("mtp") and name.endswith("_proj"))
+    drafts = extras["mtp_embedding"].executions if "mtp_embedding" in extras else 0
+    for j in range(drafts if modules else 0):
+        m = j % modules
+        for name in ("mtp_embedding", f"mtp{m}_proj", f"mtp{m}_layer", "mtp_head"):
+            seq.add(extras.get(name), f"{name} (draft {j + 1})", draft=j + 1)
+    seq.leftovers(result)
+    return seq.runs
+
+
+def _timeline(
+    result: SimResult, runs: list[_Run], merge_gap_s: float, layout: str
+) -> dict[str, Any]:
+    """`runs` laid end to end on every simulated socket, as a Chrome Trace Event dict."""
     program = result.program
-    order = _execution_order(result)
     n_sockets = _sockets_simulated(result)
     events: list[dict[str, Any]] = []
     metadata: list[dict[str, Any]] = []
@@ -226,31 +329,22 @@ def chrome_trace(result: SimResult, *, merge_gap_s: float = MERGE_GAP_S) -> dict
         metadata.append(_meta("process_name", pid, 0, name=label))
         metadata.append(_meta("process_sort_index", pid, 0, sort_index=socket))
         t = 0.0
-        for lr in order:
-            layer_start = t
+        for run in runs:
+            lr, start = run.lr, t
             for k in lr.kernels:
-                events.extend(_kernel_events(k, lr, t, socket, tracks, merge_gap_s))
-                t += k.latency_s
-            title = f"{lr.kind} x{lr.count}" if lr.count > 1 else lr.kind
-            if lr.executions != lr.count:
-                title += f" ({lr.executions} runs)"
-            events.append(
-                _event(
-                    title,
-                    "layer",
-                    layer_start,
-                    t,
-                    pid,
-                    tracks.fixed["layers"],
-                    {
-                        "layer": lr.kind,
-                        "count": lr.count,
-                        "runs": lr.executions,
-                        "latency_s": lr.latency_s,
-                        "kernels": [k.name for k in lr.kernels],
-                    },
+                events += _kernel_events(
+                    k, lr, t, socket, tracks, merge_gap_s, detailed=run.detailed, where=run.args
                 )
-            )
+                t += k.latency_s
+            args = {
+                "layer": lr.kind,
+                **run.args,
+                "count": lr.count,
+                "runs": lr.executions,
+                "latency_s": lr.latency_s,
+                "kernels": [k.name for k in lr.kernels],
+            }
+            events.append(_event(run.title, "layer", start, t, pid, tracks.fixed["layers"], args))
         metadata.extend(tracks.metadata())
     return {
         "traceEvents": metadata + events,
@@ -266,8 +360,45 @@ def chrome_trace(result: SimResult, *, merge_gap_s: float = MERGE_GAP_S) -> dict
             "sockets": program.sockets,
             "sockets_simulated": n_sockets,
             "total_latency_s": result.total_latency_s,
-            "layout": "one representative layer per kind (args: count, runs), then extras; "
-            "per-tile slices aggregated per op; transfers merged across gaps < "
-            f"{merge_gap_s * US:g} us",
+            "layout": f"{layout}; per-tile slices aggregated per op; transfers merged across "
+            f"gaps < {merge_gap_s * US:g} us",
         },
     }
+
+
+def chrome_trace(result: SimResult, *, merge_gap_s: float = MERGE_GAP_S) -> dict[str, Any]:
+    """The run as a Chrome Trace Event dict (`json.dumps` it; open in ui.perfetto.dev).
+
+    `result` must come from `simulate(..., trace=True)`. Layers of a kind are shown once; their
+    `count` (and `runs`, executions per prompt/step) are in each kernel slice's args.
+    """
+    layout = "one representative layer per kind (args: count, runs), then extras"
+    return _timeline(result, _representatives(result), merge_gap_s, layout)
+
+
+def chrome_trace_full(
+    result: SimResult,
+    *,
+    layer_order: Sequence[str] | None = None,
+    detailed: int = DETAILED_EXECUTIONS,
+    merge_gap_s: float = MERGE_GAP_S,
+) -> dict[str, Any]:
+    """Every layer execution of the run on one timeline, ending at `result.total_latency_s`.
+
+    `layer_order` is the kind of each of the model's layers in order (default: each kind's
+    layers together, in program order); a looped kind's call cost is shared over its layers.
+    Op and transfer slices are drawn for the first `detailed` executions of each layer kind and
+    extra, so the file stays small however many layers the model has.
+    """
+    order = list(layer_order) if layer_order is not None else default_layer_order(result)
+    _check_order(result, order)
+    layout = (
+        "every layer execution in order (embedding, layers, head, MTP drafts); op and transfer "
+        f"slices for the first {detailed} execution(s) of each layer kind and extra"
+    )
+    return _timeline(result, _every_execution(result, order, detailed), merge_gap_s, layout)
+
+
+def default_layer_order(result: SimResult) -> list[str]:
+    """Each kind's layers together, kinds in program order."""
+    return [kind for kind, lr in result.layers.items() for _ in range(lr.count)]

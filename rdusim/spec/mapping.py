@@ -28,6 +28,7 @@ from pydantic_core import PydanticCustomError
 from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 from rdusim.spec.base import Strict
+from rdusim.spec.catalog import resolve_mapping, resolve_model
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.model import ModelSpec, load_model_config
 from rdusim.spec.yamlio import dotted, line_of, parse_value, read_document, to_plain, validate
@@ -472,8 +473,9 @@ def check_layer_kinds(spec: MappingSpec, model: ModelSpec, file: str, doc: Any) 
 
 
 def load_mapping(path: str | Path, overrides: list[str] | None = None) -> ResolvedMapping:
-    """Read a mapping, apply `--set` overrides, and load the model and hardware it names."""
-    file = str(path)
+    """Read a mapping (a path or a shipped name), apply `--set` overrides, and load the model
+    and hardware it names."""
+    path = file = resolve_mapping(path)
     doc = read_document(path)
     data = to_plain(doc)
     if not isinstance(data, dict):
@@ -481,18 +483,16 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
     data = apply_overrides(data, overrides or [], file)
     spec = validate(MappingSpec, data, file=file, doc=doc)
     base = Path(path).parent
-    model_path = Path(spec.model)
-    if not model_path.is_absolute():
-        candidates = [base / model_path, model_path]
-        model_path = next((c for c in candidates if c.exists()), base / model_path)
-    if not model_path.exists():
+    try:
+        model_path = resolve_model(spec.model, base)
+    except SpecError as exc:
         raise SpecError(
             f"model file {spec.model!r} not found",
             file=file,
             key="model",
             line=line_of(doc, ("model",)),
-            fix="give a path relative to the mapping file (e.g. ../models/deepseek-r1.yaml)",
-        )
+            fix=exc.fix,
+        ) from None
     try:
         hardware = load_hardware(spec.hardware, base_dir=base)
     except SpecError as exc:

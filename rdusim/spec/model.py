@@ -1,8 +1,19 @@
 """Typed model specs, written with Hugging Face `config.json` field names.
 
-A user can drop in the `config.json` of another model of a supported family (`deepseek_v3`,
-`llama`). rdusim adds one optional section of its own, `dtypes`, because precision decides what
-fits in HBM; its defaults are documented on `Dtypes`.
+Each supported family (`model_type`) is one config class registered with `@family`, which also
+names the builders that turn it into IR graphs (`rdusim.ir.families`): adding a family is one
+class and one registration. A `config.json` of a registered family is accepted as it is. A key
+rdusim does not read is ignored only when it cannot change what the model computes; a key whose
+value would make a model rdusim cannot build exactly is refused with the key named, so a model is
+never silently another one. rdusim adds one optional section of its own, `dtypes`, because
+precision decides what fits in HBM; its defaults are documented on `Dtypes`.
+
+Keys ignored on purpose, because they leave every shape and cost unchanged: `rope_theta` and
+`rope_scaling` (they set RoPE's rotation angles, which are tables indexed by position; the rotary
+op is the same multiply-add per element whatever the angles, and YaRN's attention factor folds
+into them), `rms_norm_eps`, `initializer_range`, token ids, `torch_dtype` (`dtypes` decides
+precision), dropout, `pretraining_tp`, router-loss and other training-only keys, and
+`norm_topk_prob` (renormalising k router weights is noise next to the router's cost).
 
 Every size has an upper limit (`LIMITS`), several times the largest published model's, so that no
 model file can make a run take unbounded time or memory; an error names the key and its limit.
@@ -11,13 +22,16 @@ model file can make a run take unbounded time or memory; an error names the key 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from rdusim.errors import SpecError
+from rdusim.errors import SpecError, SpecErrors
+from rdusim.spec.catalog import resolve_model
 from rdusim.spec.yamlio import line_of, read_document, reject_bools, to_plain, validate
 
 DTYPE_BYTES: dict[str, float] = {
@@ -57,6 +71,11 @@ LIMITS: dict[str, int] = {
     "qk_rope_head_dim": 4096,
     "v_head_dim": 4096,
     "num_nextn_predict_layers": 16,
+    "sliding_window": 16_777_216,
+    "num_local_experts": 4096,
+    "num_experts": 4096,
+    "shared_expert_intermediate_size": 1_048_576,
+    "decoder_sparse_step": 1024,
 }
 
 
@@ -88,9 +107,9 @@ class Dtypes(BaseModel):
     """Precisions. Defaults: BF16 activations and KV cache (the paper's Listings use bf16).
 
     Weights default to the checkpoint's precision: FP8 for DeepSeek-V3/R1 (published with
-    128x128 block scales; 671B parameters only fit in 16 x 64 GB of HBM in FP8), BF16 for Llama.
-    Embedding, LM head, norms and the MoE gate stay in BF16 (`dense_weights`), as in the FP8
-    checkpoint.
+    128x128 block scales; 671B parameters only fit in 16 x 64 GB of HBM in FP8), BF16 for the
+    other families. Embedding, LM head, norms, biases and the MoE gates stay in BF16
+    (`dense_weights`), as in the FP8 checkpoint.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -100,8 +119,11 @@ class Dtypes(BaseModel):
     kv_cache: Dtype = "bf16"
 
 
-class _Base(BaseModel):
+class ModelConfig(BaseModel):
+    """The keys every family shares; a family's class adds its own and its layer kinds."""
+
     model_config = ConfigDict(extra="ignore", frozen=True)
+    model_type: str
     name: str = ""
     hidden_size: int = _size("hidden_size")
     intermediate_size: int = _size("intermediate_size")
@@ -111,15 +133,44 @@ class _Base(BaseModel):
     vocab_size: int = _size("vocab_size")
     tie_word_embeddings: bool = False
     max_position_embeddings: int = _size("max_position_embeddings", 131072)
+    hidden_act: str = "silu"
     dtypes: Dtypes = Field(default_factory=Dtypes)
 
     @field_validator("*", mode="before")
     @classmethod
     def _no_bools(cls, v: Any, info: ValidationInfo) -> Any:
         field = cls.model_fields.get(info.field_name or "")
-        return check_limit(
-            info.field_name or "", reject_bools(v, field.annotation if field else None)
-        )
+        annotation = field.annotation if field else None
+        if bool in get_args(annotation):  # `bool | None`: a boolean key that may be absent
+            annotation = bool
+        return check_limit(info.field_name or "", reject_bools(v, annotation))
+
+    @model_validator(mode="after")
+    def _modelled(self) -> ModelConfig:
+        """Refuse, key by key, values that would describe a model rdusim cannot build."""
+        errors = self.unmodelled()
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise SpecErrors(errors)
+        return self
+
+    def unmodelled(self) -> list[SpecError]:
+        """Problems with keys whose values rdusim cannot model exactly.
+
+        `hidden_act` must be `silu`: every family here has a SwiGLU FFN, and another activation
+        would cost differently.
+        """
+        if self.hidden_act == "silu":
+            return []
+        return [
+            SpecError(
+                f"hidden_act {self.hidden_act!r} is not modelled: rdusim builds SwiGLU FFNs "
+                "(SiLU(gate) * up)",
+                key="hidden_act",
+                fix="use a model whose hidden_act is silu",
+            )
+        ]
 
     def bytes_of(self, which: str) -> float:
         dt = getattr(self.dtypes, which)
@@ -131,8 +182,41 @@ class _Base(BaseModel):
     def default_weight_dtype(self) -> str:
         return "bf16"
 
+    def layer_kind(self, index: int) -> str:
+        """The kind ('dense' | 'moe') of decoder layer `index`."""
+        return "dense"
 
-class DeepSeekV3Config(_Base):
+
+M = TypeVar("M", bound=ModelConfig)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A registered model family: its config class, and the module under `rdusim.ir.builders`
+    that builds its graphs (resolved by `rdusim.ir.families`)."""
+
+    config: type[ModelConfig]
+    builders: str
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def family(*, builders: str) -> Callable[[type[M]], type[M]]:
+    """Register a config class under the `model_type` its `Literal` names."""
+
+    def register(cls: type[M]) -> type[M]:
+        (model_type,) = get_args(cls.model_fields["model_type"].annotation)
+        if model_type in FAMILIES:
+            raise ValueError(f"model family {model_type!r} registered twice")
+        FAMILIES[model_type] = Family(cls, builders)
+        return cls
+
+    return register
+
+
+@family(builders="deepseek")
+class DeepSeekV3Config(ModelConfig):
     """DeepSeek-V3 / R1: MLA attention, first `first_k_dense_replace` layers dense, rest MoE."""
 
     model_type: Literal["deepseek_v3"]
@@ -199,11 +283,30 @@ class DeepSeekV3Config(_Base):
         return "dense"
 
 
-class LlamaConfig(_Base):
-    """Llama-3.x: GQA attention with RoPE, SwiGLU FFN."""
+# ------------------------------------------------------------------------------------------------
+# Llama-style families: GQA attention with RoPE, SwiGLU FFN (dense, or routed experts)
 
-    model_type: Literal["llama"]
+ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+FFN_PROJECTIONS = ("ffn_up_proj", "ffn_down_proj")
+AttentionType = Literal["full_attention", "sliding_attention"]
+
+
+class GQAConfig(ModelConfig):
+    """Llama-style decoders. Families differ in traits transformers hard-codes for each (the
+    class attributes below) and in a few keys (biases, sliding window, experts)."""
+
+    # Projections transformers always gives a bias in this family, whatever the config says.
+    fixed_biases: ClassVar[tuple[str, ...]] = ()
+    # Whether `attention_bias` (q, k, v, o) and `mlp_bias` (gate, up, down) are keys of the family.
+    attention_bias_key: ClassVar[bool] = False
+    mlp_bias_key: ClassVar[bool] = False
+    # RMSNorm of each query and key head before RoPE (Qwen3).
+    qk_norm: ClassVar[bool] = False
+
     head_dim: int | None = _size("head_dim", None)
+    attention_bias: bool | None = None
+    mlp_bias: bool | None = None
+    layer_types: list[AttentionType] | None = None
 
     @property
     def attention_head_dim(self) -> int:
@@ -212,6 +315,21 @@ class LlamaConfig(_Base):
     @property
     def kv_heads(self) -> int:
         return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def attention_window(self) -> int | None:
+        """Keys each query attends to at most (a sliding window), or None for full attention."""
+        return None
+
+    @property
+    def biased(self) -> frozenset[str]:
+        """Projections with a bias vector (parameters, and an add folded into the GEMM)."""
+        out = set(self.fixed_biases)
+        if self.attention_bias_key and self.attention_bias:
+            out.update(ATTENTION_PROJECTIONS)
+        if self.mlp_bias_key and self.mlp_bias:
+            out.update(FFN_PROJECTIONS)
+        return frozenset(out)
 
     @field_validator("num_key_value_heads")
     @classmethod
@@ -223,35 +341,312 @@ class LlamaConfig(_Base):
             )
         return v
 
+    def unmodelled(self) -> list[SpecError]:
+        return [*super().unmodelled(), *self._bias_problems(), *self._layer_type_problems()]
+
+    def _bias_problems(self) -> list[SpecError]:
+        """`attention_bias` / `mlp_bias` where the family does not read them: accepted only when
+        they agree with the biases transformers builds anyway."""
+        out = []
+        fixed = set(self.fixed_biases)
+        if not self.attention_bias_key and self.attention_bias is not None:
+            implied = set(ATTENTION_PROJECTIONS) if self.attention_bias else set()
+            if implied != fixed & set(ATTENTION_PROJECTIONS):
+                has = (
+                    "biases the q, k and v projections and not o"
+                    if fixed
+                    else "has no projection biases"
+                )
+                out.append(
+                    SpecError(
+                        f"{self.model_type} {has} whatever attention_bias says (transformers "
+                        f"does not read it for this family), so attention_bias: "
+                        f"{str(self.attention_bias).lower()} would describe another model",
+                        key="attention_bias",
+                        fix="remove attention_bias (model_type llama reads it: biases on q, k, "
+                        "v and o)",
+                    )
+                )
+        if not self.mlp_bias_key and self.mlp_bias:
+            out.append(
+                SpecError(
+                    f"{self.model_type} has no FFN biases (transformers does not read mlp_bias "
+                    "for this family), so mlp_bias: true would describe another model",
+                    key="mlp_bias",
+                    fix="remove mlp_bias (model_type llama reads it)",
+                )
+            )
+        return out
+
+    def _layer_type_problems(self) -> list[SpecError]:
+        """`layer_types` must give every layer the attention the family's keys describe:
+        rdusim builds one attention kind for all layers of a model."""
+        if self.layer_types is None:
+            return []
+        n = self.num_hidden_layers
+        if len(self.layer_types) != n:
+            return [
+                SpecError(
+                    f"layer_types lists {len(self.layer_types)} layers, and num_hidden_layers "
+                    f"is {n}",
+                    key="layer_types",
+                    fix="give one attention type per layer, or remove layer_types",
+                )
+            ]
+        kinds = sorted(set(self.layer_types))
+        if len(kinds) > 1:
+            return [
+                SpecError(
+                    "layer_types mixes full_attention and sliding_attention layers; rdusim "
+                    "builds one attention kind for every layer of a model",
+                    key="layer_types",
+                    fix="give every layer the same type (or remove layer_types); a mixed model "
+                    "is not modelled",
+                )
+            ]
+        expected = "sliding_attention" if self.attention_window else "full_attention"
+        if kinds[0] != expected:
+            window = (
+                f"a sliding window of {self.attention_window}"
+                if self.attention_window
+                else "no sliding window"
+            )
+            return [
+                SpecError(
+                    f"layer_types makes every layer {kinds[0]}, and the other keys give "
+                    f"{self.model_type} {window}",
+                    key="layer_types",
+                    fix="make layer_types agree with sliding_window (or remove layer_types)",
+                )
+            ]
+        return []
+
+
+class _QwenWindow(GQAConfig):
+    """The Qwen families' sliding-window keys: off unless `use_sliding_window` is true."""
+
+    use_sliding_window: bool = False
+
+    def unmodelled(self) -> list[SpecError]:
+        out = super().unmodelled()
+        if self.use_sliding_window:
+            out.append(
+                SpecError(
+                    f"use_sliding_window: true gives {self.model_type}'s layers from "
+                    "max_window_layers on a sliding window and the others full attention; "
+                    "rdusim builds one attention kind for every layer",
+                    key="use_sliding_window",
+                    fix="set use_sliding_window: false (as the published checkpoints do) to "
+                    "model full attention in every layer",
+                )
+            )
+        return out
+
+
+class MoEConfig(GQAConfig):
+    """Llama-style families with routed experts (softmax routing): `layer_kind` places the MoE
+    layers, and the properties below give every family's expert sizes one set of names."""
+
+    num_experts_per_tok: int = _size("num_experts_per_tok")
+
+    @property
+    def n_routed_experts(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def expert_width(self) -> int:
+        """Intermediate size of each routed expert."""
+        raise NotImplementedError
+
+    @property
+    def shared_expert_width(self) -> int:
+        """Intermediate size of the shared expert (0: none)."""
+        return 0
+
+    @property
+    def shared_expert_gate(self) -> bool:
+        """A sigmoid gate (a GEMM to one value per token) scales the shared expert (Qwen2-MoE)."""
+        return False
+
+    @model_validator(mode="after")
+    def _topk_fits(self) -> MoEConfig:
+        if self.num_experts_per_tok > self.n_routed_experts:
+            raise SpecError(
+                f"num_experts_per_tok = {self.num_experts_per_tok} exceeds the "
+                f"{self.n_routed_experts} routed experts",
+                key="num_experts_per_tok",
+                fix="make this key agree with the number of experts",
+            )
+        return self
+
+
+class _SparseStep(MoEConfig):
+    """Qwen-MoE layer placement: layer i is MoE unless it is in `mlp_only_layers` or
+    `(i + 1) % decoder_sparse_step != 0`; the others are dense FFNs of `intermediate_size`."""
+
+    num_experts: int = _size("num_experts")
+    moe_intermediate_size: int = _size("moe_intermediate_size")
+    decoder_sparse_step: int = _size("decoder_sparse_step", 1)
+    mlp_only_layers: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list)
+
+    @property
+    def n_routed_experts(self) -> int:
+        return self.num_experts
+
+    @property
+    def expert_width(self) -> int:
+        return self.moe_intermediate_size
+
+    @field_validator("mlp_only_layers")
+    @classmethod
+    def _layers_exist(cls, v: list[int], info: ValidationInfo) -> list[int]:
+        n = info.data.get("num_hidden_layers")
+        bad = [i for i in v if n is not None and i >= n]
+        if bad:
+            raise _inconsistent(
+                f"mlp_only_layers names layer {bad[0]}, and num_hidden_layers = {n} (layers "
+                f"0 to {n - 1 if n else 0})"
+            )
+        return v
+
     def layer_kind(self, index: int) -> str:
-        return "dense"
+        sparse = (index + 1) % self.decoder_sparse_step == 0
+        return "moe" if sparse and index not in self.mlp_only_layers else "dense"
 
 
-FAMILIES = ("deepseek_v3", "llama")
+@family(builders="gqa")
+class LlamaConfig(GQAConfig):
+    """Llama-3.x: GQA attention with RoPE, SwiGLU FFN; `attention_bias` and `mlp_bias` add
+    biases to q, k, v, o and to gate, up, down."""
+
+    model_type: Literal["llama"]
+    attention_bias_key: ClassVar[bool] = True
+    mlp_bias_key: ClassVar[bool] = True
 
 
-def load_model_config(path: str | Path) -> DeepSeekV3Config | LlamaConfig:
-    """Load `models/*.yaml` or a Hugging Face `config.json` of a supported family."""
+@family(builders="gqa")
+class MistralConfig(GQAConfig):
+    """Mistral: Llama's layer with a sliding window of `sliding_window` keys in every layer
+    (null: full attention). Defaults are transformers'."""
+
+    model_type: Literal["mistral"]
+    num_key_value_heads: int | None = _size("num_key_value_heads", 8)
+    sliding_window: int | None = _size("sliding_window", 4096)
+
+    @property
+    def attention_window(self) -> int | None:
+        return self.sliding_window
+
+
+@family(builders="gqa")
+class Qwen2Config(_QwenWindow):
+    """Qwen2 / Qwen2.5: Llama's layer with biases on the q, k and v projections."""
+
+    model_type: Literal["qwen2"]
+    fixed_biases: ClassVar[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj")
+
+
+@family(builders="gqa")
+class Qwen3Config(_QwenWindow):
+    """Qwen3: Llama's layer with an RMSNorm on each query and key head (QK norm); `head_dim`
+    defaults to 128 as in transformers, and `attention_bias` biases q, k, v and o."""
+
+    model_type: Literal["qwen3"]
+    qk_norm: ClassVar[bool] = True
+    attention_bias_key: ClassVar[bool] = True
+    head_dim: int | None = _size("head_dim", 128)
+
+
+@family(builders="gqa")
+class MixtralConfig(MoEConfig):
+    """Mixtral: Mistral's attention; every layer's FFN is `num_local_experts` SwiGLU experts of
+    `intermediate_size`, `num_experts_per_tok` picked per token by softmax routing, no shared
+    expert."""
+
+    model_type: Literal["mixtral"]
+    num_key_value_heads: int | None = _size("num_key_value_heads", 8)
+    sliding_window: int | None = _size("sliding_window", None)
+    num_local_experts: int = _size("num_local_experts")
+
+    @property
+    def attention_window(self) -> int | None:
+        return self.sliding_window
+
+    @property
+    def n_routed_experts(self) -> int:
+        return self.num_local_experts
+
+    @property
+    def expert_width(self) -> int:
+        return self.intermediate_size
+
+    def layer_kind(self, index: int) -> str:
+        return "moe"
+
+
+@family(builders="gqa")
+class Qwen2MoeConfig(_QwenWindow, _SparseStep):
+    """Qwen1.5-MoE / Qwen2-MoE: Qwen2's attention (q, k, v biases); MoE layers route each token
+    to `num_experts_per_tok` of `num_experts` experts (softmax) and add a shared expert of
+    `shared_expert_intermediate_size`, scaled by a sigmoid gate."""
+
+    model_type: Literal["qwen2_moe"]
+    fixed_biases: ClassVar[tuple[str, ...]] = ("q_proj", "k_proj", "v_proj")
+    shared_expert_intermediate_size: int = _size("shared_expert_intermediate_size")
+
+    @property
+    def shared_expert_width(self) -> int:
+        return self.shared_expert_intermediate_size
+
+    @property
+    def shared_expert_gate(self) -> bool:
+        return True
+
+
+@family(builders="gqa")
+class Qwen3MoeConfig(_QwenWindow, _SparseStep):
+    """Qwen3-MoE: Qwen3's attention (QK norm, `head_dim` default 128); MoE layers route each
+    token to `num_experts_per_tok` of `num_experts` experts (softmax), no shared expert."""
+
+    model_type: Literal["qwen3_moe"]
+    qk_norm: ClassVar[bool] = True
+    attention_bias_key: ClassVar[bool] = True
+    head_dim: int | None = _size("head_dim", 128)
+
+
+ModelSpec = ModelConfig
+
+
+def _located(exc: SpecError, file: str, doc: Any) -> SpecError:
+    """A refusal raised by a config class, with the file and the line of its key."""
+    line = line_of(doc, tuple(exc.key.split("."))) if exc.key else None
+    return exc.located(file, line)
+
+
+def load_model_config(path: str | Path) -> ModelConfig:
+    """Load a model spec by path or shipped name (`deepseek-r1`), or a Hugging Face
+    `config.json` of a registered family."""
+    path = resolve_model(path)
+    file = str(path)
     doc = read_document(path)
     data = to_plain(doc)
     if not isinstance(data, dict):
         raise SpecError(
-            "a model spec must be a mapping of keys", file=str(path), fix="see models/*.yaml"
+            "a model spec must be a mapping of keys", file=file, fix="see models/*.yaml"
         )
-    family = data.get("model_type")
-    if family not in FAMILIES:
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise SpecError(
-            f"unknown model family {family!r}" if family else "missing key",
-            file=str(path),
+            f"unknown model family {model_type!r}" if model_type else "missing key",
+            file=file,
             key="model_type",
             line=line_of(doc, ("model_type",)),
-            fix=f"set model_type to one of: {', '.join(FAMILIES)}",
+            fix=f"set model_type to one of the registered families: {', '.join(FAMILIES)}",
         )
     data.setdefault("name", Path(path).stem)
-    cls: type[DeepSeekV3Config] | type[LlamaConfig] = (
-        DeepSeekV3Config if family == "deepseek_v3" else LlamaConfig
-    )
-    return validate(cls, data, file=str(path), doc=doc)
-
-
-ModelSpec = DeepSeekV3Config | LlamaConfig
+    try:
+        return validate(FAMILIES[model_type].config, data, file=file, doc=doc)
+    except SpecError as exc:
+        raise _located(exc, file, doc) from None
+    except SpecErrors as exc:
+        raise SpecErrors([_located(e, file, doc) for e in exc.errors]) from None

@@ -9,7 +9,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from rdusim.errors import SpecError
+from rdusim.spec.catalog import package_dir
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -38,14 +38,5 @@ def known_misses() -> dict[tuple[str, str], str]:
 
 
 def mappings_dir() -> Path:
-    here = Path(__file__).resolve().parents[2] / "mappings"
-    if here.is_dir():
-        return here
-    cwd = Path.cwd() / "mappings"
-    if cwd.is_dir():
-        return cwd
-    raise SpecError(
-        "cannot find the mappings/ directory",
-        key="mappings",
-        fix="run from a checkout of rdusim (the paper's mappings live in mappings/)",
-    )
+    """The shipped mappings (package data), so comparisons run from any directory."""
+    return package_dir("mappings")

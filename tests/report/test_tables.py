@@ -35,19 +35,48 @@ CELLS = [
 ]
 
 
+def _rows_by_cell(text: str) -> dict[str, list[str]]:
+    """Comparison rows by cell name: their columns, split on two or more spaces."""
+    rows = (re.split(r"\s{2,}", line.strip()) for line in text.splitlines())
+    return {cols[1]: cols for cols in rows if cols[0] in ("table4", "table5") and len(cols) > 1}
+
+
 def test_comparison_marks_ok_and_fail() -> None:
-    text = render_comparison(CELLS, "title")
-    lines = {line.split("  ")[1].strip(): line for line in text.splitlines() if "  " in line}
-    assert lines["MHA"].rstrip().endswith("ok")
-    assert "fitted" in lines["MHA"] and "+0.30 pt" in lines["MHA"] and "±3.00 pt" in lines["MHA"]
-    tput = lines["128K throughput (no SnapStream)"]
-    assert tput.rstrip().endswith("FAIL") and "predicted" in tput
-    assert "< 3.00 %" in lines["SnapStream kernels (sum, must be below)"]
-    assert "exact" in lines["128K max batch (SnapStream)"]
+    text = render_comparison(CELLS, "title", width=120)
+    rows = _rows_by_cell(text)
+    assert rows["MHA"][-2:] == ["fitted", "ok"]
+    assert rows["MHA"][4:6] == ["+0.30 pt", "±3.00 pt"]
+    assert rows["128K throughput (no SnapStream)"][-2:] == ["predicted", "FAIL"]
+    # a throughput's deviation and tolerance are relative to the published value
+    assert rows["128K throughput (no SnapStream)"][4:6] == ["+38.2%", "±15%"]
+    assert rows["SnapStream kernels (sum, must be below)"][3] == "< 3.00 %"
+    assert rows["128K max batch (SnapStream)"][5] == "exact"
     assert "3/4 cells within tolerance (2 fitted, 2 predicted)" in text
     assert "NEW misses: table5 128K throughput (no SnapStream)" in text
-    for header in ("simulated", "published", "deviation", "tolerance", "fitted|predicted"):
-        assert header in text.splitlines()[2]
+    header = re.split(r"\s{2,}", text.splitlines()[2])
+    assert header == [
+        "table",
+        "cell",
+        "simulated",
+        "published",
+        "deviation",
+        "tolerance",
+        "status",
+        "check",
+    ]
+    assert "status: fitted|predicted" in text and "check: ok/FAIL" in text  # the legend
+
+
+def test_comparison_wraps_long_cell_names_to_the_width() -> None:
+    words = [f"word{i}" for i in range(20)]
+    long = Cell("table4", " ".join(words), 1.0, 1.0, 1.0, "%", True)
+    text = render_comparison([*CELLS, long], width=100)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "(3 fitted, 2 predicted)" in text
+    block = [line.split() for line in text.splitlines() if "word" in line]
+    assert len(block) > 1  # continuation lines, every word kept, in order
+    assert [w for line in block for w in line if w.startswith("word")] == words
+    assert block[0][-2:] == ["fitted", "ok"]
 
 
 def test_comparison_shows_null_model_errors_of_predicted_cells() -> None:
@@ -75,14 +104,24 @@ def test_comparison_shows_null_model_errors_of_predicted_cells() -> None:
             null_roofline=4000.0,
         ),
     ]
-    text = render_comparison(cells)
-    header = text.splitlines()[0]
-    assert "null: const" in header and "null: roofline" in header
-    predicted, fitted = (
-        re.split(r"\s{2,}", line.strip()) for line in text.splitlines() if "throughput" in line
-    )
-    assert predicted[-3:] == ["ok", "-5.0%", "+125.0%"]  # 3800/4000 - 1, 9000/4000 - 1
-    assert fitted[-1] == "ok"  # a fitted cell is no test of the null models
+    text = render_comparison(cells, width=120)
+    assert _rows_by_cell(text)["64K throughput (SnapStream)"][-1] == "ok"
+    _, nulls = text.split("on the predicted cells:\n")
+    header, _, row, *_ = nulls.splitlines()
+    assert re.split(r"\s{2,}", header) == [
+        "predicted cell",
+        "rdusim",
+        "null: const",
+        "null: roofline",
+    ]
+    # 3600/4000 - 1, 3800/4000 - 1, 9000/4000 - 1
+    assert re.split(r"\s{2,}", row) == [
+        "table5 64K throughput (SnapStream)",
+        "-10.0%",
+        "-5.0%",
+        "+125.0%",
+    ]
+    assert "128K" not in nulls.split("cells within tolerance")[0]  # a fitted cell tests nothing
 
 
 @pytest.mark.parametrize(
@@ -99,12 +138,13 @@ def test_null_summary_verdict(rdusim: float, verdict: str) -> None:
         "beats_null_roofline": rdusim < 9.0,
         "beats_both": rdusim < 0.02,
     }
-    text = render_null_summary(summary)
-    assert "7 predicted Table 5 cells" in text
-    assert f"rdusim {rdusim:.4f}" in text and "constant step 0.0200" in text
-    assert text.rstrip().endswith(verdict)
+    text = render_null_summary(summary, width=120)
+    first, errors = text.strip().splitlines()
+    assert first.startswith("null models on the 7 predicted Table 5 cells")
+    assert first.endswith(verdict)  # the verdict first, on the line that names the cells
+    assert f"rdusim {rdusim:.4f}" in errors and "constant step 0.0200" in errors
     if "NOT" in verdict:
-        assert "roofline" not in text.split("does NOT beat")[1]
+        assert "roofline" not in first
 
 
 def test_fit_statistics_and_parameter_table() -> None:

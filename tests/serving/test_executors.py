@@ -38,9 +38,7 @@ def test_scheduler_needs_the_dask_executor() -> None:
 def test_unreachable_scheduler_is_a_user_error() -> None:
     pytest.importorskip("distributed")
     with pytest.raises(SpecError) as info:
-        run_points(
-            _square, "p", [1], executor=ExecutorKind.DASK, scheduler="tcp://127.0.0.1:9"
-        )
+        run_points(_square, "p", [1], executor=ExecutorKind.DASK, scheduler="tcp://127.0.0.1:9")
     assert info.value.key == "--scheduler" and "cannot reach" in info.value.problem
 
 

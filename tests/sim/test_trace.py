@@ -1,22 +1,24 @@
-"""`rdusim map --trace`: a Chrome Trace Event file that Perfetto can open and that adds up.
+"""`rdusim map --trace` and `--trace-full`: Chrome Trace Event files that Perfetto can open
+and that add up.
 
-The trace shows one representative layer per kind with aggregated op and transfer slices, so
-these tests check both the format (every event well-formed, every pid/tid named) and that the
-timeline agrees with the report (kernel order, no overlap, layer latency).
+`--trace` shows one representative layer per kind with aggregated op and transfer slices;
+`--trace-full` every layer execution of the run, in order, with that detail for the first layer
+of each kind. These tests check both the format (every event well-formed, every pid/tid named)
+and that the timeline agrees with the report (kernel order, no overlap, layer and run latency).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rdusim.api import run_mapping
-from rdusim.sim.trace import chrome_trace
+from rdusim.sim.trace import chrome_trace, chrome_trace_full, default_layer_order
 
 MAX_TRACE_BYTES = 5 * 1024 * 1024
 REL = 1e-6
@@ -294,3 +296,118 @@ def test_trace_is_json_serialisable_and_deterministic(prefill_small):
     b = json.dumps(chrome_trace(prefill_small.result), sort_keys=True)
     assert a == b
     assert "NaN" not in a and "Infinity" not in a
+
+
+# ---------------------------------------------------------------------------- full trace
+
+MAX_FULL_TRACE_BYTES = 10 * 1024 * 1024
+
+
+def model_order(run) -> list[str]:
+    """The kind of each of the model's layers, in order."""
+    cfg = run.mapping.model
+    return [cfg.layer_kind(i) for i in range(cfg.num_hidden_layers)]
+
+
+def trace_end_us(trace: dict[str, Any]) -> float:
+    return max(e["ts"] + e["dur"] for e in x_events(trace))
+
+
+def check_full(run, trace: dict[str, Any]) -> None:
+    """Ends at the report's total; one layer slice per execution; kernels back to back."""
+    check_structure(trace)
+    check_tracks(trace)
+    total_us = run.report["total_latency_s"] * 1e6
+    assert trace_end_us(trace) == pytest.approx(total_us, rel=REL)
+    assert trace["otherData"]["total_latency_s"] == run.report["total_latency_s"]
+    (layers,) = by_pid(x_events(trace, "layers")).values()
+    per_kind = Counter(e["args"]["layer"] for e in layers)
+    for kind, layer in run.report["layers"].items():
+        assert per_kind[kind] == layer["count"], kind
+    for name, extra in run.report["extras"].items():
+        assert per_kind[name] == (extra["runs"] if extra["kernels"] else 0), name
+    (kernels,) = by_pid(x_events(trace, "kernels")).values()
+    assert kernels[0]["ts"] == 0
+    for a, b in itertools.pairwise(kernels):
+        assert b["ts"] == pytest.approx(a["ts"] + a["dur"], rel=1e-9, abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def prefill_128k(mappings_dir: Path):
+    run = run_mapping(mappings_dir / "r1_prefill.yaml", ["seq_len=131072"], trace=True)
+    return run, chrome_trace_full(run.result, layer_order=model_order(run))
+
+
+def test_full_trace_covers_the_whole_prefill(prefill_128k):
+    run, trace = prefill_128k
+    check_full(run, trace)
+    (layers,) = by_pid(x_events(trace, "layers")).values()
+    names = [e["name"] for e in layers]
+    assert names[0] == "embedding" and names[-1] == "head"
+    assert names[1:4] == ["layer 0 (dense)", "layer 1 (dense)", "layer 2 (dense)"]
+    assert names[4:-1] == [f"layer {i} (moe)" for i in range(3, 61)]
+    assert [e["args"]["index"] for e in layers[1:-1]] == list(range(61))
+
+
+def test_full_trace_is_small_valid_json(prefill_128k):
+    _, trace = prefill_128k
+    text = json.dumps(trace)
+    assert len(text.encode()) < MAX_FULL_TRACE_BYTES
+    assert json.loads(text) == trace
+    assert "NaN" not in text and "Infinity" not in text
+
+
+def test_full_trace_details_the_first_layer_of_each_kind_only(prefill_128k):
+    run, trace = prefill_128k
+    detail = [e for e in x_events(trace) if e["cat"] in ("op", "hbm", "p2p")]
+    assert detail
+    assert {e["args"]["execution"] for e in detail} == {1}
+    detailed = {e["args"]["layer"] for e in detail}
+    assert detailed == set(run.report["layers"]) | {"embedding", "head"}
+    # every kernel of every layer still has its slice, spanning its call
+    kernels = x_events(trace, "kernels")
+    moe = run.report["layers"]["moe"]
+    assert sum(e["args"]["layer"] == "moe" for e in kernels) == moe["count"] * len(moe["kernels"])
+    for e in kernels:
+        assert e["dur"] == pytest.approx(e["args"]["latency_s"] * 1e6, rel=REL)
+
+
+def test_full_trace_of_decode_runs_the_mtp_drafts_in_order(mappings_dir: Path):
+    run = run_mapping(mappings_dir / "r1_decode.yaml", ["seq_len=8192", "batch=16"], trace=True)
+    trace = chrome_trace_full(run.result, layer_order=model_order(run))
+    check_full(run, trace)
+    (layers,) = by_pid(x_events(trace, "layers")).values()
+    tail = [
+        e["name"] for e in layers[layers.index(next(e for e in layers if e["name"] == "head")) :]
+    ]
+    draft = ["mtp_embedding", "mtp0_proj", "mtp0_layer", "mtp_head"]
+    drafts = run.report["mtp"]["draft_tokens"]
+    assert tail == ["head", *(f"{n} (draft {j})" for j in range(1, drafts + 1) for n in draft)]
+
+
+def test_full_trace_of_a_looped_layer_shares_its_call(mappings_dir: Path):
+    run = run_mapping(mappings_dir / "llama31_8b_decode.yaml", trace=True)
+    assert run.report["layers"]["dense"]["looped"]
+    trace = chrome_trace_full(run.result)  # one kind: the default order is the model's
+    check_full(run, trace)
+
+
+def test_full_trace_default_order_and_checks(prefill_small):
+    result = prefill_small.result
+    assert default_layer_order(result) == ["dense"] * 3 + ["moe"] * 58
+    with pytest.raises(ValueError, match="layer_order"):
+        chrome_trace_full(result, layer_order=["dense"] * 3 + ["moe"] * 57)
+    bounded = chrome_trace_full(result, detailed=0)
+    assert not [e for e in x_events(bounded) if e["cat"] == "op"]
+    assert trace_end_us(bounded) == pytest.approx(result.total_latency_s * 1e6, rel=REL)
+
+
+def test_representative_trace_is_one_layer_per_kind_long(prefill_small):
+    """`--trace` keeps its meaning: its timeline is one layer of each kind, not the run."""
+    trace = chrome_trace(prefill_small.result)
+    report = prefill_small.report
+    one_each = sum(layer["latency_s"] for layer in report["layers"].values()) + sum(
+        e["latency_s"] for e in report["extras"].values() if e["runs"]
+    )
+    assert trace_end_us(trace) == pytest.approx(one_each * 1e6, rel=REL)
+    assert trace_end_us(trace) < report["total_latency_s"] * 1e6

@@ -12,10 +12,19 @@ from hypothesis import strategies as st
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.model import (
     DTYPE_BYTES,
+    FAMILIES,
     LIMITS,
     DeepSeekV3Config,
     Dtypes,
+    GQAConfig,
     LlamaConfig,
+    MistralConfig,
+    MixtralConfig,
+    MoEConfig,
+    Qwen2Config,
+    Qwen2MoeConfig,
+    Qwen3Config,
+    Qwen3MoeConfig,
     load_model_config,
 )
 from rdusim.spec.yamlio import validate
@@ -452,7 +461,9 @@ def _with(base: dict, **values: object) -> dict:
 
 
 LLAMA_KEYS = [k for k in LIMITS if k in HF_LLAMA_31_8B or k == "head_dim"]
-DEEPSEEK_ONLY_KEYS = [k for k in LIMITS if k not in LLAMA_KEYS]
+DEEPSEEK_ONLY_KEYS = [
+    k for k in DeepSeekV3Config.model_fields if k in LIMITS and k not in LLAMA_KEYS
+]
 
 
 @pytest.mark.parametrize("key", LLAMA_KEYS)
@@ -507,3 +518,247 @@ def test_shipped_models_are_well_inside_the_limits(model_file, name):
     for key, limit in LIMITS.items():
         value = getattr(cfg, key, None)
         assert value is None or value <= limit // 4, key
+
+
+# --------------------------------------------------------------------------------------------
+# the Llama-style families, from their published config.json files
+
+CONFIGS = Path(__file__).resolve().parent.parent / "fixtures" / "configs"
+FIXTURE_FAMILIES = {
+    "mistral-7b-v0.1": MistralConfig,
+    "qwen2-7b": Qwen2Config,
+    "qwen3-8b": Qwen3Config,
+    "mixtral-8x7b-v0.1": MixtralConfig,
+    "qwen1.5-moe-a2.7b": Qwen2MoeConfig,
+    "qwen3-30b-a3b": Qwen3MoeConfig,
+}
+
+
+def fixture_data(name: str) -> dict:
+    return json.loads((CONFIGS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def write_config(tmp_path: Path, name: str, **keys: object) -> Path:
+    """A fixture with keys changed (a value of None deletes the key)."""
+    data = fixture_data(name)
+    for key, value in keys.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path
+
+
+def line_of_key(path: Path, key: str) -> int:
+    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if f'"{key}"' in t)
+
+
+def refused(path: Path, key: str) -> SpecError:
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    err = exc.value
+    assert (err.file, err.key, err.line) == (str(path), key, line_of_key(path, key)), str(err)
+    assert err.fix
+    return err
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE_FAMILIES))
+def test_published_configs_load_as_they_are(name):
+    cfg = load_model_config(CONFIGS / f"{name}.json")
+    assert type(cfg) is FIXTURE_FAMILIES[name]
+    assert cfg.name == name
+    assert cfg.bytes_of("weights") == 2.0  # BF16 checkpoints
+
+
+def test_unknown_family_fix_lists_every_registered_family(tmp_path):
+    path = write_config(tmp_path, "qwen3-8b", model_type="phi3")
+    err = refused(path, "model_type")
+    assert "phi3" in err.problem
+    for family in FAMILIES:
+        assert family in (err.fix or "")
+
+
+def test_family_traits():
+    mistral = load_model_config(CONFIGS / "mistral-7b-v0.1.json")
+    qwen2 = load_model_config(CONFIGS / "qwen2-7b.json")
+    qwen3 = load_model_config(CONFIGS / "qwen3-30b-a3b.json")
+    mixtral = load_model_config(CONFIGS / "mixtral-8x7b-v0.1.json")
+    qmoe = load_model_config(CONFIGS / "qwen1.5-moe-a2.7b.json")
+    assert isinstance(mistral, GQAConfig) and mistral.attention_window == 4096
+    assert isinstance(qwen2, GQAConfig)
+    assert qwen2.attention_window is None  # sliding_window is ignored: use_sliding_window false
+    assert qwen2.biased == {"q_proj", "k_proj", "v_proj"}
+    assert isinstance(qwen3, MoEConfig) and qwen3.qk_norm and not qwen3.biased
+    assert (qwen3.n_routed_experts, qwen3.num_experts_per_tok, qwen3.expert_width) == (128, 8, 768)
+    assert qwen3.shared_expert_width == 0
+    assert isinstance(mixtral, MoEConfig) and mixtral.attention_window is None
+    assert (mixtral.n_routed_experts, mixtral.expert_width) == (8, 14336)
+    assert isinstance(qmoe, MoEConfig) and qmoe.shared_expert_gate
+    assert (qmoe.n_routed_experts, qmoe.shared_expert_width) == (60, 5632)
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "attribute", "value"),
+    [
+        ("mistral-7b-v0.1", "sliding_window", "attention_window", 4096),
+        ("mistral-7b-v0.1", "num_key_value_heads", "kv_heads", 8),
+        ("mixtral-8x7b-v0.1", "sliding_window", "attention_window", None),
+        ("qwen3-8b", "head_dim", "attention_head_dim", 128),
+        ("qwen3-30b-a3b", "decoder_sparse_step", "decoder_sparse_step", 1),
+        ("qwen3-30b-a3b", "mlp_only_layers", "mlp_only_layers", []),
+    ],
+)
+def test_absent_keys_take_transformers_defaults(tmp_path, name, key, attribute, value):
+    cfg = load_model_config(write_config(tmp_path, name, **{key: None}))
+    assert getattr(cfg, attribute) == value
+
+
+def test_a_null_sliding_window_is_full_attention(tmp_path):
+    path = tmp_path / "config.json"
+    data = fixture_data("mistral-7b-v0.1") | {"sliding_window": None}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    cfg = load_model_config(path)
+    assert isinstance(cfg, GQAConfig) and cfg.attention_window is None
+
+
+@pytest.mark.parametrize("name", ["mistral-7b-v0.1", "mixtral-8x7b-v0.1"])
+def test_attention_bias_is_refused_where_it_would_add_biases(tmp_path, name):
+    assert load_model_config(write_config(tmp_path, name, attention_bias=False))
+    err = refused(write_config(tmp_path, name, attention_bias=True), "attention_bias")
+    assert "no projection biases" in err.problem
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_qwen2_refuses_attention_bias_either_way(tmp_path, value):
+    """Qwen2 biases q, k and v and not o: neither value of attention_bias describes that."""
+    err = refused(write_config(tmp_path, "qwen2-7b", attention_bias=value), "attention_bias")
+    assert "q, k and v" in err.problem
+
+
+def test_qwen3_attention_bias_biases_all_four_projections(tmp_path):
+    cfg = load_model_config(write_config(tmp_path, "qwen3-8b", attention_bias=True))
+    assert isinstance(cfg, GQAConfig)
+    assert cfg.biased == {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+@pytest.mark.parametrize("name", ["qwen3-8b", "mistral-7b-v0.1", "qwen3-30b-a3b"])
+def test_mlp_bias_is_refused_outside_llama(tmp_path, name):
+    assert load_model_config(write_config(tmp_path, name, mlp_bias=False))
+    refused(write_config(tmp_path, name, mlp_bias=True), "mlp_bias")
+
+
+def test_llama_reads_attention_and_mlp_bias(tmp_path):
+    path = tmp_path / "config.json"
+    data = dict(HF_LLAMA_31_8B, attention_bias=True, mlp_bias=True)
+    path.write_text(json.dumps(data), encoding="utf-8")
+    cfg = load_model_config(path)
+    assert isinstance(cfg, LlamaConfig)
+    assert cfg.biased == {"q_proj", "k_proj", "v_proj", "o_proj", "ffn_up_proj", "ffn_down_proj"}
+
+
+@pytest.mark.parametrize("name", ["qwen2-7b", "qwen3-8b", "qwen1.5-moe-a2.7b", "qwen3-30b-a3b"])
+def test_use_sliding_window_is_refused(tmp_path, name):
+    err = refused(write_config(tmp_path, name, use_sliding_window=True), "use_sliding_window")
+    assert "max_window_layers" in err.problem
+    assert "use_sliding_window: false" in (err.fix or "")
+
+
+@pytest.mark.parametrize(
+    ("name", "types", "needle"),
+    [
+        ("qwen3-8b", ["full_attention"] * 35 + ["sliding_attention"], "mixes"),
+        ("qwen3-8b", ["full_attention"] * 35, "lists 35 layers"),
+        ("qwen3-8b", ["sliding_attention"] * 36, "no sliding window"),
+        ("mistral-7b-v0.1", ["full_attention"] * 32, "sliding window of 4096"),
+    ],
+)
+def test_layer_types_must_give_every_layer_the_modelled_attention(tmp_path, name, types, needle):
+    err = refused(write_config(tmp_path, name, layer_types=types), "layer_types")
+    assert needle in err.problem
+
+
+@pytest.mark.parametrize(
+    ("name", "types"),
+    [("qwen3-8b", ["full_attention"] * 36), ("mistral-7b-v0.1", ["sliding_attention"] * 32)],
+)
+def test_uniform_layer_types_that_agree_are_accepted(tmp_path, name, types):
+    assert load_model_config(write_config(tmp_path, name, layer_types=types))
+
+
+def test_unknown_layer_type_is_refused(tmp_path):
+    path = write_config(tmp_path, "qwen3-8b", layer_types=["chunked_attention"] * 36)
+    with pytest.raises((SpecError, SpecErrors)) as exc:
+        load_model_config(path)
+    assert "layer_types" in str(exc.value)
+
+
+def test_other_activations_are_refused(tmp_path):
+    err = refused(write_config(tmp_path, "qwen3-8b", hidden_act="gelu"), "hidden_act")
+    assert "SwiGLU" in err.problem
+
+
+@pytest.mark.parametrize(
+    ("name", "keys", "key"),
+    [
+        ("mixtral-8x7b-v0.1", {"num_experts_per_tok": 9}, "num_experts_per_tok"),
+        ("qwen3-30b-a3b", {"num_experts_per_tok": 129}, "num_experts_per_tok"),
+        ("qwen3-30b-a3b", {"mlp_only_layers": [3, 48]}, "mlp_only_layers"),
+        ("qwen2-7b", {"num_key_value_heads": 5}, "num_key_value_heads"),
+        ("qwen3-30b-a3b", {"num_experts": True}, "num_experts"),
+        (
+            "qwen1.5-moe-a2.7b",
+            {"shared_expert_intermediate_size": 0},
+            "shared_expert_intermediate_size",
+        ),
+        ("qwen3-30b-a3b", {"moe_intermediate_size": None}, "moe_intermediate_size"),
+    ],
+)
+def test_inconsistent_or_missing_family_keys_are_located(tmp_path, name, keys, key):
+    path = write_config(tmp_path, name, **keys)
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    err = exc.value
+    assert (err.file, err.key) == (str(path), key)
+    if key in path.read_text():
+        assert err.line == line_of_key(path, key)
+    assert err.fix
+
+
+def test_several_refusals_are_reported_together(tmp_path):
+    path = write_config(tmp_path, "qwen2-7b", use_sliding_window=True, hidden_act="relu")
+    with pytest.raises(SpecErrors) as exc:
+        load_model_config(path)
+    located = {(e.key, e.line) for e in exc.value.errors}
+    assert located == {
+        ("hidden_act", line_of_key(path, "hidden_act")),
+        ("use_sliding_window", line_of_key(path, "use_sliding_window")),
+    }
+
+
+def test_refusals_also_guard_configs_built_in_python():
+    with pytest.raises(SpecError) as exc:
+        Qwen2Config.model_validate(fixture_data("qwen2-7b") | {"use_sliding_window": True})
+    assert exc.value.key == "use_sliding_window"
+
+
+def test_every_limit_is_a_key_of_some_family():
+    keys = {k for fam in FAMILIES.values() for k in fam.config.model_fields}
+    assert set(LIMITS) <= keys
+
+
+FAMILY_KEYS = [
+    (name, key)
+    for name, cls in FIXTURE_FAMILIES.items()
+    for key in LIMITS
+    if key in cls.model_fields and key not in LLAMA_KEYS
+]
+
+
+@pytest.mark.parametrize(("name", "key"), FAMILY_KEYS)
+def test_family_sizes_above_their_limit_name_key_and_limit(name, key):
+    data = _with(fixture_data(name), **{key: LIMITS[key] + 1})
+    with pytest.raises((SpecError, SpecErrors)) as exc:
+        validate(FIXTURE_FAMILIES[name], data, file="f.json")
+    assert f"{key}: Input should be less than or equal to {LIMITS[key]}" in str(exc.value)

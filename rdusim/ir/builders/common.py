@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rdusim.ir.graph import Dim, Graph, Op, Tensor, TensorKind, TPMode
 
 TOKENS: tuple[Dim, ...] = ("B", "S")
@@ -60,20 +62,23 @@ class Builder:
         extra_inputs: tuple[str, ...] = (),
         experts: int = 0,
         slots: int = 0,
+        bias: bool = False,
         doc: str = "",
     ) -> Op:
-        """y = x W: `count` matmuls of k x n per token (heads or routed experts).
+        """y = x W (+ b): `count` matmuls of k x n per token (heads or routed experts).
 
         `weight_count` is how many k x n matrices are stored (e.g. all routed experts); a token
-        uses `count` of them.
+        uses `count` of them. A bias is a vector of n parameters kept with the dense weights (its
+        add is folded into the GEMM's output stream).
         """
         w = self.weight(f"{name}.weight", weight_count, k, n, dense=dense)
+        b = (self.weight(f"{name}.bias", n, dense=True),) if bias else ()
         return self.op(
             name,
             "gemm",
             [x, *extra_inputs],
             [out],
-            weights=(w,),
+            weights=(w, *b),
             tp=tp,
             doc=doc,
             m=TOKENS,
@@ -138,3 +143,148 @@ def head_graph(b: Builder, hidden: int, vocab: int, tied: bool) -> Graph:
         doc="greedy / top-k sampling",
     )
     return b.g
+
+
+@dataclass(frozen=True)
+class MoE:
+    """A MoE FFN's sizes: `experts` routed SwiGLU experts of `width`, `top_k` per token, and an
+    optional shared expert of `shared_width` (0: none), scaled by a sigmoid gate if
+    `shared_gate`. `router_doc` says how the router scores and picks."""
+
+    hidden: int
+    experts: int
+    top_k: int
+    width: int
+    shared_width: int
+    router_doc: str
+    shared_gate: bool = False
+
+
+def _shared_expert(b: Builder, moe: MoE) -> list[str]:
+    """The shared expert (and its gate): the tensors `experts_combine` adds."""
+    h, sw = moe.hidden, moe.shared_width
+    b.act("shared_gate_up", *TOKENS, 2 * sw)
+    b.linear("shared_up_proj", "ffn_in", "shared_gate_up", h, 2 * sw, tp=TPMode.COLUMN)
+    b.act("shared_act", *TOKENS, sw)
+    b.op(
+        "shared_silu_mul",
+        "elementwise",
+        ["shared_gate_up"],
+        ["shared_act"],
+        tp=TPMode.LOCAL,
+        ops_scale=5.0,
+    )
+    b.act("shared_out", *TOKENS, h)
+    b.linear("shared_down_proj", "shared_act", "shared_out", sw, h, tp=TPMode.ROW)
+    if not moe.shared_gate:
+        return ["shared_out"]
+    b.act("shared_scale", *TOKENS, 1)
+    b.linear(
+        "shared_gate",
+        "ffn_in",
+        "shared_scale",
+        h,
+        1,
+        tp=TPMode.TOKEN,
+        dense=True,
+        doc="sigmoid gate of the shared expert: one value per token",
+    )
+    return ["shared_out", "shared_scale"]
+
+
+def moe_ffn(b: Builder, x: str, moe: MoE) -> str:
+    """RMSNorm, router, token grouping, shared and routed experts, combine and residual.
+
+    Op names and attrs (`experts`, `slots`) are what the compiler's expert routing and mappings'
+    patterns key on, whatever the family.
+    """
+    h, e, k, w = moe.hidden, moe.experts, moe.top_k, moe.width
+    b.act("ffn_in", *TOKENS, h)
+    b.norm("ffn_norm", x, "ffn_in", h)
+    b.act("router_logits", *TOKENS, e, dtype_bytes=4)
+    b.linear(
+        "router_gate",
+        "ffn_in",
+        "router_logits",
+        h,
+        e,
+        tp=TPMode.TOKEN,
+        dense=True,
+        doc="router gate GEMM",
+    )
+    b.act("expert_ids", *TOKENS, k, dtype_bytes=4)
+    b.op(
+        "router_topk",
+        "router",
+        ["router_logits"],
+        ["expert_ids"],
+        tp=TPMode.TOKEN,
+        doc=moe.router_doc,
+    )
+    b.act("token_order", *TOKENS, k, dtype_bytes=4)
+    b.op(
+        "token_group",
+        "sort",
+        ["expert_ids"],
+        ["token_order"],
+        tp=TPMode.TOKEN,
+        n=e,
+        blocking=True,
+        doc="group token slots by expert so each expert's weights are read once",
+    )
+    shared = _shared_expert(b, moe) if moe.shared_width else []
+    b.act("expert_gate_up", *TOKENS, k, 2 * w)
+    b.linear(
+        "experts_up_proj",
+        "ffn_in",
+        "expert_gate_up",
+        h,
+        2 * w,
+        count=k,
+        weight_count=e,
+        tp=TPMode.COLUMN,
+        extra_inputs=("token_order",),
+        experts=e,
+        slots=k,
+        doc=f"gate+up GEMMs of the {k} routed experts of each token",
+    )
+    b.act("expert_act", *TOKENS, k, w)
+    b.op(
+        "experts_silu_mul",
+        "elementwise",
+        ["expert_gate_up"],
+        ["expert_act"],
+        tp=TPMode.LOCAL,
+        ops_scale=5.0,
+        slots=k,
+        experts=e,
+    )
+    b.act("expert_out", *TOKENS, k, h)
+    b.linear(
+        "experts_down_proj",
+        "expert_act",
+        "expert_out",
+        w,
+        h,
+        count=k,
+        weight_count=e,
+        tp=TPMode.ROW,
+        experts=e,
+        slots=k,
+    )
+    b.act("moe_out", *TOKENS, h)
+    b.op(
+        "experts_combine",
+        "elementwise",
+        ["expert_out", *shared],
+        ["moe_out"],
+        tp=TPMode.LOCAL,
+        ops_scale=2.0,
+        linear=True,
+        slots=k,
+        experts=e,
+        doc="weighted sum of the routed experts" + (" plus the shared expert" if shared else ""),
+    )
+    b.act("h_out", *TOKENS, h)
+    b.op("ffn_residual", "elementwise", [x, "moe_out"], ["h_out"], tp=TPMode.TOKEN)
+    return "h_out"

@@ -10,7 +10,14 @@ output (`v_absorb`), so attention runs directly against the cached latent (512) 
 
 from __future__ import annotations
 
-from rdusim.ir.builders.common import TOKENS, Builder, embedding_graph, head_graph
+from rdusim.ir.builders.common import (
+    TOKENS,
+    Builder,
+    MoE,
+    embedding_graph,
+    head_graph,
+    moe_ffn,
+)
 from rdusim.ir.graph import Graph, TPMode
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import DeepSeekV3Config
@@ -275,116 +282,20 @@ def _dense_ffn(b: Builder, cfg: DeepSeekV3Config, x: str, width: int) -> str:
 
 
 def _moe_ffn(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
-    h, e, k, w = (
-        cfg.hidden_size,
-        cfg.n_routed_experts,
-        cfg.num_experts_per_tok,
-        cfg.moe_intermediate_size,
+    k = cfg.num_experts_per_tok
+    return moe_ffn(
+        b,
+        x,
+        MoE(
+            hidden=cfg.hidden_size,
+            experts=cfg.n_routed_experts,
+            top_k=k,
+            width=cfg.moe_intermediate_size,
+            shared_width=cfg.moe_intermediate_size * cfg.n_shared_experts,
+            router_doc=f"{cfg.scoring_func} scores, bias-corrected group-limited top-{k} "
+            f"({cfg.n_group} groups, best {cfg.topk_group})",
+        ),
     )
-    b.act("ffn_in", *TOKENS, h)
-    b.norm("ffn_norm", x, "ffn_in", h)
-    b.act("router_logits", *TOKENS, e, dtype_bytes=4)
-    b.linear(
-        "router_gate",
-        "ffn_in",
-        "router_logits",
-        h,
-        e,
-        tp=TPMode.TOKEN,
-        dense=True,
-        doc="router gate GEMM",
-    )
-    b.act("expert_ids", *TOKENS, k, dtype_bytes=4)
-    b.op(
-        "router_topk",
-        "router",
-        ["router_logits"],
-        ["expert_ids"],
-        tp=TPMode.TOKEN,
-        doc=f"{cfg.scoring_func} scores, bias-corrected group-limited top-{k} ({cfg.n_group} groups, best {cfg.topk_group})",
-    )
-    b.act("token_order", *TOKENS, k, dtype_bytes=4)
-    b.op(
-        "token_group",
-        "sort",
-        ["expert_ids"],
-        ["token_order"],
-        tp=TPMode.TOKEN,
-        n=e,
-        blocking=True,
-        doc="group token slots by expert so each expert's weights are read once",
-    )
-    if cfg.n_shared_experts:
-        sw = w * cfg.n_shared_experts
-        b.act("shared_gate_up", *TOKENS, 2 * sw)
-        b.linear("shared_up_proj", "ffn_in", "shared_gate_up", h, 2 * sw, tp=TPMode.COLUMN)
-        b.act("shared_act", *TOKENS, sw)
-        b.op(
-            "shared_silu_mul",
-            "elementwise",
-            ["shared_gate_up"],
-            ["shared_act"],
-            tp=TPMode.LOCAL,
-            ops_scale=5.0,
-        )
-        b.act("shared_out", *TOKENS, h)
-        b.linear("shared_down_proj", "shared_act", "shared_out", sw, h, tp=TPMode.ROW)
-    b.act("expert_gate_up", *TOKENS, k, 2 * w)
-    b.linear(
-        "experts_up_proj",
-        "ffn_in",
-        "expert_gate_up",
-        h,
-        2 * w,
-        count=k,
-        weight_count=e,
-        tp=TPMode.COLUMN,
-        extra_inputs=("token_order",),
-        experts=e,
-        slots=k,
-        doc=f"gate+up GEMMs of the {k} routed experts of each token",
-    )
-    b.act("expert_act", *TOKENS, k, w)
-    b.op(
-        "experts_silu_mul",
-        "elementwise",
-        ["expert_gate_up"],
-        ["expert_act"],
-        tp=TPMode.LOCAL,
-        ops_scale=5.0,
-        slots=k,
-        experts=e,
-    )
-    b.act("expert_out", *TOKENS, k, h)
-    b.linear(
-        "experts_down_proj",
-        "expert_act",
-        "expert_out",
-        w,
-        h,
-        count=k,
-        weight_count=e,
-        tp=TPMode.ROW,
-        experts=e,
-        slots=k,
-    )
-    b.act("moe_out", *TOKENS, h)
-    ins = ["expert_out", "shared_out"] if cfg.n_shared_experts else ["expert_out"]
-    b.op(
-        "experts_combine",
-        "elementwise",
-        ins,
-        ["moe_out"],
-        tp=TPMode.LOCAL,
-        ops_scale=2.0,
-        linear=True,
-        slots=k,
-        experts=e,
-        doc="weighted sum of the routed experts plus the shared expert",
-    )
-    b.act("h_out", *TOKENS, h)
-    b.op("ffn_residual", "elementwise", [x, "moe_out"], ["h_out"], tp=TPMode.TOKEN)
-    return "h_out"
 
 
 def build_layer(

@@ -1,0 +1,117 @@
+"""`rdusim map`'s text: kernel rows with their main sharding, collectives summed, the ops listed
+in full under each kernel, per-op sharding in `--ops`, everything within the width."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rdusim.api import run_mapping
+from rdusim.report.console import seconds
+from rdusim.report.mapping_report import (
+    main_sharding,
+    render_map_report,
+    render_op_timing,
+    sharding_cell,
+)
+
+
+def _kernel(op_sharding: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "MLA",
+        "ops": list(op_sharding),
+        "sharding": "+".join(sorted(set(op_sharding.values()))),
+        "op_sharding": op_sharding,
+        "collectives": [],
+    } | extra
+
+
+@pytest.fixture(scope="module")
+def decode_b1(mappings_dir: Path) -> dict[str, Any]:
+    """R1 decode at batch 1: attention splits each sequence's cache (sp16), the rest is tp16."""
+    return run_mapping(mappings_dir / "r1_decode.yaml", ["batch=1"]).report
+
+
+def _lines_of(text: str, kernel: str) -> list[str]:
+    """The kernel's row and the lines after it, up to the next kernel or a blank line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(kernel + " "))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    return lines[start:end]
+
+
+def test_main_sharding_is_what_most_ops_run_with() -> None:
+    k = _kernel({"q_proj": "tp16", "attention": "sp16", "kv_cache_write": "dp16", "o_proj": "tp16"})
+    assert main_sharding(k) == "tp16"
+    assert sharding_cell(k) == "tp16 (attention sp16)"
+    assert sharding_cell(_kernel({"attention": "tp16", "o_proj": "tp16"})) == "tp16"
+    assert main_sharding(_kernel({"a": "dp16", "b": "tp16"})) == "dp16"  # a tie: the first op's
+
+
+def test_a_report_without_per_op_sharding_uses_the_kernels() -> None:
+    k = {"name": "K", "ops": ["a", "b"], "sharding": "tp8", "collectives": []}
+    assert sharding_cell(k) == "tp8"
+
+
+def test_kernel_rows_of_decode(decode_b1: dict[str, Any]) -> None:
+    text = render_map_report(decode_b1, width=120)
+    assert max(len(line) for line in text.splitlines()) <= 120
+    mla = _lines_of(text.split("moe layers")[1], "MLA")
+    row = re.split(r"\s{2,}", mla[0])
+    assert row[1] == "tp16 (attention sp16)"
+    # collectives summed: how many, bytes and rounds per socket
+    k = decode_b1["layers"]["moe"]["kernels"][0]
+    n, rounds = len(k["collectives"]), sum(c["rounds"] for c in k["collectives"])
+    assert re.fullmatch(rf"{n}: [\d.]+ [kMG]?B, {rounds} rounds", row[5]), row
+    assert row[6] == seconds(k["call_s"])  # the call column is kept
+    # every op listed, none cut, those sharded otherwise marked with their sharding
+    ops = " ".join(line.strip() for line in mla[1:]).removeprefix("ops: ").split(", ")
+    marked = {op: k["op_sharding"][op] for op in k["ops"] if k["op_sharding"][op] != "tp16"}
+    assert ops == [f"{op} [{marked[op]}]" if op in marked else op for op in k["ops"]]
+    assert "attention [sp16]" in ops
+
+
+def test_op_timing_has_a_sharding_column(decode_b1: dict[str, Any]) -> None:
+    text = render_op_timing(decode_b1, width=120)
+    assert max(len(line) for line in text.splitlines()) <= 120
+    lines = text.split("moe / MLA")[1].split("\n\n")[0].splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("op "))
+    assert lines[header].split()[:3] == ["op", "sharding", "PCUs"]
+    rows = {line.split()[0]: line.split() for line in lines[header + 2 :]}
+    assert rows["attention"][1] == "sp16" and rows["q_a_proj"][1] == "tp16"
+    assert rows["kv_cache_write"][1] == "dp16"
+    # each collective by kind and tensor, with its rounds when more than one
+    listed = " ".join(" ".join(lines[1:header]).split())
+    k = decode_b1["layers"]["moe"]["kernels"][0]
+    assert listed.startswith("collectives per socket: ")
+    assert listed.count(",") == len(k["collectives"]) - 1
+    assert "all-reduce attn_proj" in listed and "(2 rounds)" in listed
+
+
+@pytest.mark.parametrize("width", [100, 120, 160])
+def test_report_fits_the_width_it_is_given(decode_b1: dict[str, Any], width: int) -> None:
+    text = render_map_report(decode_b1, width=width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    for k in decode_b1["layers"]["moe"]["kernels"]:
+        for op in k["ops"]:
+            assert op in text  # nothing elided
+
+
+def test_too_narrow_a_terminal_keeps_the_rows_whole(decode_b1: dict[str, Any]) -> None:
+    """Below the table's narrowest wrapped width its rows stay on one line each (they overflow,
+    readable in `less -S`); paragraphs and op lists still wrap."""
+    lines = render_map_report(decode_b1, width=80).splitlines()
+    ops = [x for x in lines if x.startswith("  ops: ") or re.match(r" {7}\S", x)]
+    prose = lines[: lines.index("")] + ops
+    assert all(len(line) <= 80 for line in prose)
+    rows = [line for line in lines if line.startswith(("MLA ", "FFN "))]
+    assert len(rows) == 4 and all("tp16 (attention sp16)" in r for r in rows if "MLA" in r)
+
+
+def test_wide_terminal_keeps_rows_on_one_line(decode_b1: dict[str, Any]) -> None:
+    text = render_map_report(decode_b1, width=200)
+    kernels = [line for line in text.splitlines() if line.startswith(("MLA ", "FFN "))]
+    assert len(kernels) == 4  # dense and moe, one line each
