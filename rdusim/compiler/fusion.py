@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph
-from rdusim.spec.mapping import KernelSpec, did_you_mean
-from rdusim.spec.yamlio import dotted
+from rdusim.spec.mapping import KernelSpec
+from rdusim.spec.yamlio import did_you_mean, dotted
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,12 @@ their sharding and tiling; `kernels: auto` asks the auto-mapper.
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     Discriminator,
     Field,
     PositiveInt,
@@ -31,7 +28,21 @@ from rdusim.spec.base import Strict
 from rdusim.spec.catalog import resolve_mapping, resolve_model
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.model import ModelSpec, load_model_config
-from rdusim.spec.yamlio import dotted, line_of, parse_value, read_document, to_plain, validate
+from rdusim.spec.overrides import (
+    apply_hardware_overrides,
+    apply_kernel_overrides,
+    parse_overrides,
+    set_path,
+)
+from rdusim.spec.yamlio import (
+    did_you_mean,
+    dotted,
+    field_paths,
+    line_of,
+    read_document,
+    to_plain,
+    validate,
+)
 
 Degree = Annotated[int, Field(gt=0, le=1024)]
 
@@ -382,28 +393,9 @@ class ResolvedMapping:
     expert_loads: tuple[float, ...] = ()  # moe.routing histogram, read from its file
 
 
-def closest(word: str, candidates: Iterable[str]) -> str | None:
-    """The candidate `word` was most likely meant to be, if any is close enough to say so."""
-    hits = difflib.get_close_matches(word, sorted(set(candidates)), n=1, cutoff=0.6)
-    return hits[0] if hits else None
-
-
-def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    """`"did you mean 'x'? "` for the closest candidate, or nothing: a prefix for a fix text."""
-    best = closest(word, candidates)
-    return f"did you mean {best!r}? " if best else ""
-
-
-def settable_paths(model: type[BaseModel] = MappingSpec, prefix: str = "") -> list[str]:
+def settable_paths() -> list[str]:
     """Every dotted path `--set` accepts: the fields of the mapping, and of its sections."""
-    paths: list[str] = []
-    for name, info in model.model_fields.items():
-        path = f"{prefix}{name}"
-        paths.append(path)
-        ann = info.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            paths.extend(settable_paths(ann, f"{path}."))
-    return paths
+    return field_paths(MappingSpec)
 
 
 def _unknown_path(key: str, file: str) -> SpecError:
@@ -411,8 +403,8 @@ def _unknown_path(key: str, file: str) -> SpecError:
     fields = "seq_len, batch, phase, orchestration, mtp.draft_tokens, snapstream.enabled"
     if key.split(".", 1)[0] == "kernels":
         fix = (
-            "--set reaches kernels only as a whole (--set kernels=auto): edit the kernels: "
-            f"section in a copy of the mapping file; --set takes fields such as {fields}"
+            "set a kernel's field as kernels.<layer kind>.<kernel name>.<field> (e.g. "
+            "kernels.moe.MHA.tiling.kv_block=16384), or all kernels with kernels=auto"
         )
     else:
         fix = did_you_mean(key, settable_paths()) + f"use a field of the mapping, e.g. {fields}"
@@ -420,25 +412,15 @@ def _unknown_path(key: str, file: str) -> SpecError:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> dict[str, Any]:
-    """Apply `--set key.path=value` overrides to plain mapping data, checking every path."""
-    for item in overrides:
-        if "=" not in item:
-            raise SpecError(
-                f"--set expects key=value, got {item!r}",
-                file=file,
-                key="--set",
-                fix="write e.g. --set seq_len=65536",
-            )
-        key, value = item.split("=", 1)
-        parts = key.strip().split(".")
-        if not _known_path(parts):
-            raise _unknown_path(key.strip(), file)
-        node = data
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise SpecError(f"{p} is not a section", key=f"--set {key}", fix="check the path")
-        node[parts[-1]] = parse_value(value)
+    """Apply `--set key.path=value` overrides to plain mapping data, checking every path:
+    mapping fields and named kernels' fields here; hardware fields once the hardware is loaded
+    (`rdusim.spec.overrides`)."""
+    parsed = parse_overrides(overrides, file)
+    for ov in parsed.mapping:
+        if not _known_path(ov.parts):
+            raise _unknown_path(ov.key, file)
+        set_path(data, ov.parts, ov.value, ov.key, file)
+    apply_kernel_overrides(data, parsed.kernels, file)
     return data
 
 
@@ -505,6 +487,9 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
                 fix=exc.fix,
             ) from None
         raise
+    hardware = apply_hardware_overrides(
+        hardware, parse_overrides(overrides or [], file).hardware, file
+    )
     model = load_model_config(model_path)
     _check_workload(spec, model, file, doc)
     check_layer_kinds(spec, model, file, doc)

@@ -14,8 +14,9 @@ Limits, so that no input can make a load slow or crash it (each is named in its 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import errno
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -379,3 +380,27 @@ def load_model(model: type[M], path: str | Path) -> M:
     """Read a spec file and validate it as `model`."""
     doc = read_document(path)
     return validate(model, to_plain(doc), file=str(path), doc=doc)
+
+
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate `word` was most likely meant to be, if any is close enough to say so."""
+    hits = difflib.get_close_matches(word, sorted(set(candidates)), n=1, cutoff=0.6)
+    return hits[0] if hits else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """`"did you mean 'x'? "` for the closest candidate, or nothing: a prefix for a fix text."""
+    best = closest(word, candidates)
+    return f"did you mean {best!r}? " if best else ""
+
+
+def field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every dotted path into a spec: its fields, and those of its sections, for suggestions."""
+    paths: list[str] = []
+    for name, info in model.model_fields.items():
+        path = f"{prefix}{name}"
+        paths.append(path)
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            paths.extend(field_paths(ann, f"{path}."))
+    return paths
