@@ -1,7 +1,49 @@
 """rdusim: a simulator and mapping compiler for dataflow accelerators (SambaNova SN40L).
 
 Data flows one way: specs → IR → compiler passes → Program → simulator → results → reports.
-The main entry points are the `rdusim` command and `rdusim.api.run_mapping`.
+The entry points are the `rdusim` command and, from Python:
+
+    import rdusim
+    m = rdusim.load_mapping("r1_prefill")
+    m.move_op("attn_residual", to="Output Proj", layer="moe")
+    report = rdusim.run(m, seq_len=65536)
+    report.total_latency_s
+
+The names below are imported on first use, so `import rdusim` (and `rdusim --version`) stays
+cheap: the compiler, simulator, numpy and pydantic load only when a mapping is.
 """
 
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.2.0"
+
+if TYPE_CHECKING:
+    from rdusim.api import run
+    from rdusim.mapping_api import Mapping, load_mapping
+    from rdusim.report.typed import Report
+
+# public name -> the module that defines it
+_LAZY = {
+    "load_mapping": "rdusim.mapping_api",
+    "Mapping": "rdusim.mapping_api",
+    "run": "rdusim.api",
+    "Report": "rdusim.report.typed",
+}
+
+__all__ = ["Mapping", "Report", "__version__", "load_mapping", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rdusim' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

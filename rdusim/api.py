@@ -1,15 +1,19 @@
 """The Python API behind `rdusim map`: load → (max batch) → compile → simulate → report.
 
-from rdusim.api import run_mapping
-run = run_mapping("mappings/r1_prefill.yaml", ["seq_len=65536"])
-run.report["total_latency_s"]
+    import rdusim
+    m = rdusim.load_mapping("r1_prefill")
+    m.move_op("attn_residual", to="Output Proj", layer="moe")
+    rdusim.run(m, seq_len=65536).total_latency_s
+
+`run` returns a typed `Report`; `run_mapping` (a path and `--set` strings, as the command line
+takes them) returns the program and simulation result as well, with the report as a dict.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
@@ -19,6 +23,10 @@ from rdusim.serving.capacity import max_batch, not_even_one
 from rdusim.sim.model import SimResult, simulate
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import ResolvedMapping, load_mapping
+
+if TYPE_CHECKING:
+    from rdusim.mapping_api import Mapping
+    from rdusim.report.typed import Report
 
 
 @dataclass
@@ -36,8 +44,24 @@ def calibration_summary(rm: ResolvedMapping) -> dict[str, Any]:
     return {k: {"value": v, "fitted_on": FITTED_ON.get(k)} for k, v in cal.items()}
 
 
+def run(
+    mapping: Mapping | str | Path | dict[str, Any],
+    *,
+    set: dict[str, Any] | None = None,  # dotted keys, as `--set` takes them
+    **overrides: Any,
+) -> Report:
+    """Compile and simulate a mapping (an edited `Mapping`, a path, a shipped name or a dict)
+    as `rdusim map` does. Keyword overrides and `set={"dotted.key": value}` apply to a copy,
+    as `--set` would (`hardware.*` and `calibration.*` to the hardware it loads)."""
+    from rdusim.mapping_api import load_mapping as load_editable
+    from rdusim.report.typed import Report
+
+    rm = _with_changes(load_editable(mapping), {**overrides, **(set or {})})
+    return Report.model_validate(run_resolved(rm).report)
+
+
 def run_mapping(
-    path: str | Path,
+    path: str | Path | Mapping | dict[str, Any],
     overrides: list[str] | None = None,
     *,
     simulate_it: bool = True,
@@ -45,36 +69,68 @@ def run_mapping(
     sockets: int = 1,
     hardware: Hardware | None = None,
 ) -> MapRun:
-    """Compile and simulate a mapping; `hardware` replaces the one the mapping names (what-ifs,
-    calibration)."""
-    rm = load_mapping(path, overrides)
+    """Compile and simulate a mapping file, shipped name, `Mapping` or dict, with `--set`-style
+    `overrides`; `hardware` replaces the one the mapping names (what-ifs, calibration)."""
+    if isinstance(path, str | Path):
+        rm = load_mapping(path, overrides)
+    else:
+        rm = _resolve_editable(path, overrides or [])
+    return run_resolved(
+        rm, simulate_it=simulate_it, trace=trace, sockets=sockets, hardware=hardware
+    )
+
+
+def _resolve_editable(mapping: Mapping | dict[str, Any], overrides: list[str]) -> ResolvedMapping:
+    """A `Mapping` or dict with `key=value` overrides applied, values read as `--set` reads them."""
+    from rdusim.mapping_api import load_mapping as load_editable
+    from rdusim.spec.yamlio import parse_value
+
+    changes: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise SpecError(
+                f"an override is key=value, got {item!r}", key="overrides", fix="e.g. seq_len=65536"
+            )
+        key, value = item.split("=", 1)
+        changes[key.strip()] = parse_value(value)
+    return _with_changes(load_editable(mapping), changes)
+
+
+def _with_changes(m: Mapping, changes: dict[str, Any]) -> ResolvedMapping:
+    """`m` resolved with `changes` applied as `--set` applies them: mapping fields to the
+    mapping, `hardware.*` and `calibration.*` to the hardware it loads."""
+    from rdusim.spec.overrides import Override, apply_hardware_overrides
+
+    fields: dict[str, Any] = {}
+    hardware: list[Override] = []
+    for key, value in changes.items():
+        parts = key.split(".")
+        if parts[0] == "calibration" and len(parts) > 1:
+            hardware.append(Override(key, parts, value))
+        elif parts[0] == "hardware" and len(parts) > 1:
+            hardware.append(Override(key, parts[1:], value))
+        else:
+            fields[key] = value
+    if fields:
+        m.set(**fields)
+    rm = m.resolve()
+    if hardware:
+        rm = replace(rm, hardware=apply_hardware_overrides(rm.hardware, hardware, rm.source.file))
+    return rm
+
+
+def run_resolved(
+    rm: ResolvedMapping,
+    *,
+    simulate_it: bool = True,
+    trace: bool = False,
+    sockets: int = 1,
+    hardware: Hardware | None = None,
+) -> MapRun:
+    """Compile (resolving `batch: max`) and simulate an already loaded mapping."""
     if hardware is not None:
         rm = replace(rm, hardware=hardware)
-    capacity_batch: int | None = None
-    if rm.spec.batch == "max":
-        capacity_batch, program = max_batch(rm)
-    else:
-        program = compile_mapping(rm)
-        if not program.hbm.fits:
-            hbm = program.hbm
-            if hbm.weights > hbm.capacity:
-                raise not_even_one(rm, program)
-            if program.phase == "decode":
-                try:
-                    capacity_batch = max_batch(rm)[0]
-                except SpecError:
-                    capacity_batch = None
-            raise InfeasibleError(
-                f"batch {program.workload.batch} needs {hbm.used / 1e9:.1f} GB of HBM per socket "
-                f"(weights {hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}, workspace "
-                f"{hbm.workspace / 1e9:.1f}); {hbm.capacity / 1e9:.1f} GB are usable",
-                file=rm.source.file,
-                key="batch",
-                fix=f"use batch {capacity_batch} or less (`batch: max`), enable snapstream, "
-                "or shorten seq_len"
-                if capacity_batch
-                else "shorten seq_len or use more sockets",
-            )
+    capacity_batch, program = _compile(rm)
     result = simulate(program, rm.hardware, trace=trace, sockets=sockets) if simulate_it else None
     extra: dict[str, Any] = {}
     if program.phase == "decode" and program.snapstream:
@@ -86,3 +142,32 @@ def run_mapping(
     )
     report["max_batch_size"] = capacity_batch
     return MapRun(rm, program, result, report)
+
+
+def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:
+    """The program, and the largest batch that fits when the mapping asks for it (`max`)."""
+    if rm.spec.batch == "max":
+        return max_batch(rm)
+    program = compile_mapping(rm)
+    if program.hbm.fits:
+        return None, program
+    hbm = program.hbm
+    if hbm.weights > hbm.capacity:
+        raise not_even_one(rm, program)
+    capacity_batch: int | None = None
+    if program.phase == "decode":
+        try:
+            capacity_batch = max_batch(rm)[0]
+        except SpecError:
+            capacity_batch = None
+    raise InfeasibleError(
+        f"batch {program.workload.batch} needs {hbm.used / 1e9:.1f} GB of HBM per socket "
+        f"(weights {hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}, workspace "
+        f"{hbm.workspace / 1e9:.1f}); {hbm.capacity / 1e9:.1f} GB are usable",
+        file=rm.source.file,
+        key="batch",
+        fix=f"use batch {capacity_batch} or less (`batch: max`), enable snapstream, "
+        "or shorten seq_len"
+        if capacity_batch
+        else "shorten seq_len or use more sockets",
+    )

@@ -44,7 +44,12 @@ CONTRACTS = (
         ("rdusim.sim",),
         tuple(f"rdusim.compiler.{name}" for name in COMPILER_PASSES),
     ),
-    Contract("nothing-imports-cli", ("rdusim",), ("rdusim.cli",), exempt=("rdusim.cli",)),
+    Contract(
+        "nothing-imports-cli",
+        ("rdusim",),
+        ("rdusim.cli",),
+        exempt=("rdusim.cli", "rdusim.__main__"),
+    ),
 )
 
 

@@ -7,6 +7,7 @@ their sharding and tiling; `kernels: auto` asks the auto-mapper.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -29,6 +30,7 @@ from rdusim.spec.catalog import resolve_mapping, resolve_model
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.model import ModelSpec, load_model_config
 from rdusim.spec.overrides import (
+    Override,
     apply_hardware_overrides,
     apply_kernel_overrides,
     parse_overrides,
@@ -419,7 +421,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], file: str) -> di
     for ov in parsed.mapping:
         if not _known_path(ov.parts):
             raise _unknown_path(ov.key, file)
-        set_path(data, ov.parts, ov.value, ov.key, file)
+        set_path(data, ov.parts, ov.value, ov.where, file)
     apply_kernel_overrides(data, parsed.kernels, file)
     return data
 
@@ -464,7 +466,21 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
         raise SpecError("a mapping must be a set of keys", file=file, fix="see mappings/*.yaml")
     data = apply_overrides(data, overrides or [], file)
     spec = validate(MappingSpec, data, file=file, doc=doc)
-    base = Path(path).parent
+    hardware_overrides = parse_overrides(overrides or [], file).hardware
+    return resolve_spec(spec, file, doc, Path(path).parent, hardware_overrides)
+
+
+def resolve_spec(
+    spec: MappingSpec,
+    file: str,
+    doc: Any,
+    base: Path | None,
+    hardware_overrides: Sequence[Override] = (),
+) -> ResolvedMapping:
+    """Load the model and hardware a validated mapping spec names (relative to `base`, the
+    mapping's folder) and check the three together. `file` labels errors; `doc`, the parsed
+    file when there is one, gives them line numbers."""
+    here = base or Path(".")
     try:
         model_path = resolve_model(spec.model, base)
     except SpecError as exc:
@@ -476,7 +492,7 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
             fix=exc.fix,
         ) from None
     try:
-        hardware = load_hardware(spec.hardware, base_dir=base)
+        hardware = load_hardware(spec.hardware, base_dir=here)
     except SpecError as exc:
         if exc.file is None:
             raise SpecError(
@@ -487,14 +503,12 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
                 fix=exc.fix,
             ) from None
         raise
-    hardware = apply_hardware_overrides(
-        hardware, parse_overrides(overrides or [], file).hardware, file
-    )
+    hardware = apply_hardware_overrides(hardware, list(hardware_overrides), file)
     model = load_model_config(model_path)
     _check_workload(spec, model, file, doc)
     check_layer_kinds(spec, model, file, doc)
     _check_moe(spec, model, file, doc)
-    loads = _expert_loads(spec, model, base, file, doc)
+    loads = _expert_loads(spec, model, here, file, doc)
     return ResolvedMapping(spec, model, hardware, Source(file, doc), loads)
 
 

@@ -34,6 +34,11 @@ class Override:
     key: str
     parts: list[str]
     value: Any
+    flag: str = "--set"  # how the user wrote it, for error keys; "" from the Python API
+
+    @property
+    def where(self) -> str:
+        return f"{self.flag} {self.key}" if self.flag else self.key
 
 
 @dataclass
@@ -71,28 +76,27 @@ def parse_overrides(items: list[str], file: str) -> Overrides:
     return out
 
 
-def set_path(node: dict[str, Any], parts: list[str], value: Any, key: str, file: str) -> None:
+def set_path(node: dict[str, Any], parts: list[str], value: Any, where: str, file: str) -> None:
     """Set `value` at the dotted `parts` inside plain spec data, making sections as needed."""
     for p in parts[:-1]:
         node = node.setdefault(p, {})
         if not isinstance(node, dict):
-            raise SpecError(
-                f"{p} is not a section", file=file, key=f"--set {key}", fix="check the path"
-            )
+            raise SpecError(f"{p} is not a section", file=file, key=where, fix="check the path")
     node[parts[-1]] = value
 
 
 def apply_kernel_overrides(data: dict[str, Any], overrides: list[Override], file: str) -> None:
     """Set fields of named kernels in the mapping's plain data."""
     for ov in overrides:
-        where = f"--set {ov.key}"
+        where = ov.where
         kernels = data.get("kernels")
         if not isinstance(kernels, dict):
             raise SpecError(
                 "this mapping's kernels are chosen by the auto-mapper; there is no kernel to set",
                 file=file,
                 key=where,
-                fix="write the kernels: section in a copy of the mapping to set a kernel's fields",
+                fix="list the kernels first (a kernels: section in a copy of the mapping, or "
+                "Mapping.set(kernels={...}) from Python), then set their fields",
             )
         if len(ov.parts) < 4:
             raise SpecError(
@@ -130,7 +134,7 @@ def apply_kernel_overrides(data: dict[str, Any], overrides: list[Override], file
                 + ", ".join(KERNEL_FIELDS),
             )
         kernel = kernels[kind][names.index(name)]
-        set_path(kernel, fields, ov.value, ov.key, file)
+        set_path(kernel, fields, ov.value, where, file)
 
 
 def apply_hardware_overrides(hw: BaseModel, overrides: list[Override], file: str) -> Any:
@@ -146,21 +150,23 @@ def apply_hardware_overrides(hw: BaseModel, overrides: list[Override], file: str
             raise SpecError(
                 f"the hardware has no field {path!r}",
                 file=file,
-                key=f"--set {ov.key}",
+                key=ov.where,
                 fix=did_you_mean(path, valid)
                 + "use a hardware field, e.g. hardware.links.p2p_bandwidth, hardware.node.sockets, "
                 "calibration.gemm_efficiency",
             )
-        set_path(data, ov.parts, ov.value, ov.key, file)
+        set_path(data, ov.parts, ov.value, ov.where, file)
     try:
         return kind.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
-        culprit = next((ov.key for ov in overrides if ".".join(ov.parts) == loc), "hardware")
+        culprit = next(
+            (ov.where for ov in overrides if ".".join(ov.parts) == loc), "--set hardware"
+        )
         raise SpecError(
             f"{first['msg']} (hardware.{loc})",
             file=file,
-            key=f"--set {culprit}",
+            key=culprit,
             fix="give a value the hardware spec accepts (see the preset's comments)",
         ) from None

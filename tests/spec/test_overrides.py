@@ -138,3 +138,10 @@ def test_an_unknown_hardware_path_suggests_the_closest(mappings_dir):
 def test_choosing_another_hardware_file_still_works(mappings_dir):
     rm = load_mapping(mappings_dir / "llama31_8b_decode.yaml", ["hardware=sn40l-8"])
     assert rm.hardware.sockets == 8
+
+
+def test_the_kernel_fields_set_knows_are_those_of_a_kernel_spec():
+    from rdusim.spec.mapping import KernelSpec
+    from rdusim.spec.overrides import KERNEL_FIELDS
+
+    assert set(KERNEL_FIELDS) == set(KernelSpec.model_fields)

@@ -1,0 +1,218 @@
+"""The JSON report of `rdusim map` as typed objects: `Report.model_validate(build_report(...))`.
+
+The models mirror `rdusim.report.schema.build_report` key for key (schema version 2) and forbid
+any other key, so a key added to the report without a field here fails loudly instead of being
+dropped. Numbers that are whole in one run and fractional in another are typed `int | float`, so
+that `to_json()` reproduces the report's text exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Num = int | float  # JSON numbers keep the form the report gave them
+PANDAS_COLUMNS = (
+    "layer",
+    "kernel",
+    "latency_s",
+    "share",
+    "call_s",
+    "pipeline_s",
+    "sram_bytes",
+    "bottleneck",
+    "sharding",
+)
+
+
+class _Part(BaseModel):
+    """A section of the report: read-only, and every key is a field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OpTiming(_Part):
+    """One op's timing inside its kernel's pipeline (per socket)."""
+
+    op: str
+    busy_s: Num
+    hbm_s: Num
+    stall_s: Num
+    pcus: int
+    bound: str
+
+
+class Collective(_Part):
+    """A P2P collective a kernel runs: its kind, the tensor, bytes each socket sends, rounds."""
+
+    kind: str
+    tensor: str
+    bytes: Num
+    rounds: int
+
+
+class KernelReport(_Part):
+    """One fused kernel: its ops, resources, costs and (when simulated) its timing."""
+
+    name: str
+    ops: list[str]
+    sharding: str
+    op_sharding: dict[str, str]
+    pcus: int
+    pmus: int
+    sram_bytes: Num
+    collectives: list[Collective]
+    flops: Num
+    hbm_traffic_bytes: Num
+    latency_s: Num | None
+    call_s: Num | None
+    pipeline_s: Num | None
+    share: Num | None  # fraction of its layer's latency
+    bottleneck: str | None
+    op_timing: list[OpTiming] | None
+
+
+class LayerReport(_Part):
+    """One layer kind: how many layers run it, one layer's latency and its kernels."""
+
+    count: int
+    latency_s: Num | None  # one layer
+    total_s: Num | None  # all `count` layers
+    calls: int
+    looped: bool
+    experts_touched: Num | None
+    kernels: list[KernelReport]
+
+
+class ExtraReport(_Part):
+    """A part outside the decoder layers (embedding, head, MTP module)."""
+
+    runs: int
+    latency_s: Num | None
+    total_s: Num | None
+    calls: int
+    experts_touched: Num | None
+    kernels: list[str]
+
+
+class DecodeUpdateSram(_Part):
+    """On-chip bytes of the decode kernel that updates the compressed cache, per socket: as
+    compiled (`ring`), and with the naive slices and concatenation (`naive`)."""
+
+    naive: Num
+    ring: Num
+    naive_indexing: Num
+    kernel: str
+    sequences_per_socket: int
+    ratio: Num
+
+
+class SnapStreamReport(_Part):
+    enabled: bool
+    kv_len: int
+    decode_update_sram_bytes: DecodeUpdateSram | None = None  # decode with SnapStream only
+
+
+class HbmBytes(_Part):
+    """HBM per socket: what is usable and what the run allocates."""
+
+    capacity: Num
+    weights: Num
+    kv_cache: Num
+    workspace: Num
+
+
+class TrafficBytes(_Part):
+    """Bytes moved per socket over the whole run."""
+
+    hbm: Num
+    p2p: Num
+
+
+class MtpReport(_Part):
+    mode: str
+    draft_tokens: int
+    verified_tokens: int
+
+
+class CalibrationEntry(_Part):
+    value: Num
+    fitted_on: str | None
+
+
+class Report(_Part):
+    """What `rdusim map --json` prints, with typed attributes.
+
+    `report.total_latency_s`, `report.layers["moe"].kernels[0].latency_s`, `report.tpot_s`.
+    Per-socket figures are per socket; a figure the run could not compute is None.
+    """
+
+    schema_version: Literal[2]
+    mapping: str
+    model: str
+    hardware: str
+    sockets: int
+    phase: Literal["prefill", "decode"]
+    batch: int
+    seq_len: int
+    snapstream: SnapStreamReport
+    layers: dict[str, LayerReport]
+    extras: dict[str, ExtraReport]
+    sram_peak_bytes: Num
+    hbm_bytes: HbmBytes
+    traffic_bytes: TrafficBytes | None
+    total_latency_s: Num | None  # time to first token (prefill) or one step (decode)
+    kernel_calls: int
+    kernel_call_time_s: Num | None
+    orchestration: str
+    expert_loading: str
+    kernel_looping: bool
+    experts_touched: dict[str, Num]
+    max_batch_size: int | None
+    mtp: MtpReport | None
+    tokens_per_step: Num | None
+    tpot_s: Num | None
+    throughput_tokens_per_s: Num | None
+    calibration: dict[str, CalibrationEntry] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as plain data, key for key the dict it was built from."""
+        return self.model_dump(exclude_unset=True)
+
+    def to_json(self) -> str:
+        """The same text as `rdusim map --json`."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    def kernel_rows(self) -> list[dict[str, Any]]:
+        """One row per kernel of every layer kind, with the columns of `to_pandas()`."""
+        return [
+            {
+                "layer": kind,
+                "kernel": k.name,
+                "latency_s": k.latency_s,
+                "share": k.share,
+                "call_s": k.call_s,
+                "pipeline_s": k.pipeline_s,
+                "sram_bytes": k.sram_bytes,
+                "bottleneck": k.bottleneck,
+                "sharding": k.sharding,
+            }
+            for kind, layer in self.layers.items()
+            for k in layer.kernels
+        ]
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The kernels as a DataFrame (pandas is optional: `pip install pandas`)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError(
+                "Report.to_pandas needs pandas, which rdusim does not install: "
+                "pip install pandas (or use report.kernel_rows(), a list of dicts)"
+            ) from None
+        return pd.DataFrame(self.kernel_rows(), columns=list(PANDAS_COLUMNS))
