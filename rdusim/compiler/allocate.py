@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 
 from rdusim.compiler.program import Kernel
+from rdusim.ir.graph import CostClass
 from rdusim.spec.hardware import Hardware
 
 
-def efficiency(hw: Hardware, cost_class: str) -> float:
+def efficiency(hw: Hardware, cost_class: CostClass) -> float:
     return hw.calibration.efficiency(cost_class)
 
 
@@ -22,7 +23,7 @@ def allocate(kernel: Kernel, hw: Hardware) -> None:
     work = {
         p.name: p.flops / efficiency(hw, p.cost_class)
         for p in kernel.ops
-        if p.cost_class != "memory" and p.flops > 0
+        if p.cost_class != CostClass.MEMORY and p.flops > 0
     }
     compute_ops = list(work)
     pcus = dict.fromkeys(compute_ops, 1)

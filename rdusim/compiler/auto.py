@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rdusim.ir.graph import Graph
+from rdusim.ir.graph import Graph, OpKind, Phase
 from rdusim.spec.mapping import KernelSpec, Sharding, Tiling
 
 # A greedy kernel closes when its SRAM estimate would pass this fraction of a socket's SRAM,
@@ -20,7 +20,7 @@ SRAM_BUDGET_FRACTION = 0.6
 
 def auto_kernels(
     graph: Graph,
-    phase: str,
+    phase: Phase,
     sockets: int,
     estimate_sram: Callable[[list[str]], float],
     sram_bytes: float,
@@ -28,9 +28,9 @@ def auto_kernels(
     """Greedy kernels for `graph`; `estimate_sram(ops)` returns a candidate kernel's SRAM bytes."""
     kernels: list[list[str]] = []
     current: list[str] = []
-    attention_ops = {n for n, op in graph.ops.items() if op.kind == "attention"}
+    attention_ops = {n for n, op in graph.ops.items() if op.kind == OpKind.ATTENTION}
     for name in graph.order():
-        solo = phase == "prefill" and name in attention_ops
+        solo = phase == Phase.PREFILL and name in attention_ops
         if solo:
             if current:
                 kernels.append(current)
@@ -48,10 +48,12 @@ def auto_kernels(
     specs = []
     for i, ops in enumerate(kernels):
         overrides = {}
-        if phase == "decode":
+        if phase == Phase.DECODE:
             overrides = {n: Sharding(dp=sockets) for n in ops if n in attention_ops}
         tiling = (
-            Tiling(kv_block=8192) if phase == "prefill" and set(ops) & attention_ops else Tiling()
+            Tiling(kv_block=8192)
+            if phase == Phase.PREFILL and set(ops) & attention_ops
+            else Tiling()
         )
         specs.append(
             KernelSpec(

@@ -11,10 +11,10 @@ from rdusim.compiler.collectives import Topology
 from rdusim.compiler.experts import ExpertLoading, Routing
 from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
 from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
-from rdusim.compiler.program import Kernel, LayerProgram, OpPlan, Program
+from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, OpPlan, Program
 from rdusim.compiler.sharding import ShardContext, shard
 from rdusim.errors import SpecError
-from rdusim.ir.graph import Graph, Workload
+from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import ModelGraphs, build_model
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.hardware import Hardware
@@ -41,11 +41,11 @@ def prefill_tile_tokens(hidden: int, act_bytes: float, pmu_bytes: int) -> int:
 
 
 def workload_for(
-    phase: str, batch: int, seq_len: int, ss: SnapStreamConfig | None, verified: int = 1
+    phase: Phase, batch: int, seq_len: int, ss: SnapStreamConfig | None, verified: int = 1
 ) -> Workload:
     """Shape symbols of the main model's layers: the prompt in prefill; in decode, `verified`
     tokens per sequence (1, or k + 1 with k MTP drafts) against the cache."""
-    if phase == "prefill":
+    if phase == Phase.PREFILL:
         evict = ss.candidates(seq_len) if ss else 0
         return Workload(batch, seq_len, seq_len, evict)
     return Workload(batch, verified, ss.slots if ss else seq_len)
@@ -56,7 +56,7 @@ class CompileContext:
     """Settings every layer of one compile shares."""
 
     hw: Hardware
-    phase: str
+    phase: Phase
     tile_tokens: int  # default prefill tile rows
     routing: Routing = field(default_factory=Routing)
 
@@ -66,7 +66,7 @@ def _tiles(
 ) -> tuple[int, int]:
     """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode streams its
     ops' HBM bytes in PMU-sized chunks, the largest op setting the count."""
-    if ctx.phase == "decode":
+    if ctx.phase == Phase.DECODE:
         largest = max((p.hbm_in_bytes for p in ops), default=0.0)
         chunks = math.ceil(largest / ctx.hw.socket.pmu_bytes)
         return max(MIN_DECODE_TILES, chunks), wl.tokens
@@ -90,7 +90,7 @@ def build_kernels(
         ShardContext(
             workload=wl,
             sockets=hw.sockets,
-            prefill=ctx.phase == "prefill",
+            prefill=ctx.phase == Phase.PREFILL,
             topology=Topology(hw.links.topology),
             kv_blocks={fk.spec.name: fk.spec.tiling.kv_block for fk in fused},
             routing=ctx.routing,
@@ -137,7 +137,7 @@ def _auto(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[Ke
 
 def _snapstream_op_names(model: ModelSpec, kind: str, plain: Graph) -> set[str]:
     """Names SnapStream would add to `plain` (a mapping may list them while it is disabled)."""
-    probe = build_model(model, "prefill", SnapStreamConfig(1, 1, 1, 1, 1))
+    probe = build_model(model, Phase.PREFILL, SnapStreamConfig(1, 1, 1, 1, 1))
     return set(probe.layers[kind].ops) - set(plain.ops)
 
 
@@ -173,7 +173,7 @@ def _layer_kernels(
         kspecs = spec.kernels[kind]
     known = (
         _snapstream_op_names(rm.model, kind, graph)
-        if spec.snapstream.enabled is False and spec.phase == "prefill"
+        if spec.snapstream.enabled is False and ctx.phase == Phase.PREFILL
         else set()
     )
     fused = fuse(graph, kspecs, kind, known)
@@ -203,12 +203,21 @@ def _check_looping(kind: str, kernels: list[Kernel]) -> None:
         )
 
 
-def _extras(
-    spec: MappingSpec,
-    graphs: ModelGraphs,
-    main_wl: Workload,
-    ctx: CompileContext,
-) -> dict[str, LayerProgram]:
+@dataclass(frozen=True)
+class _Extra:
+    """An extra graph to compile: its name in the program, role, workload and runs per step."""
+
+    name: str
+    role: ExtraRole
+    graph: Graph
+    workload: Workload
+    runs: int = 1
+    module: int | None = None
+
+
+def _planned_extras(
+    spec: MappingSpec, graphs: ModelGraphs, main_wl: Workload, phase: Phase
+) -> list[_Extra]:
     """Embedding and LM head (once per prompt or step), and in decode the MTP module.
 
     The MTP module drafts one token per run; with D modules in a chain, draft j is made by
@@ -216,30 +225,67 @@ def _extras(
     weights and cache stay deployed (they count in the HBM plan).
     """
     b = main_wl.batch
-    head_wl = main_wl if spec.phase == "decode" else Workload(b, 1, 1)
-    plain = {"embedding": (graphs.embedding, main_wl, 1), "head": (graphs.head, head_wl, 1)}
-    if spec.phase == "decode" and spec.mtp.uses_module and graphs.mtp:
-        one = Workload(b, 1, main_wl.kv)
-        modules = len(graphs.mtp) // 2
-        drafts = spec.mtp.module_runs
-        for i in range(modules):
-            runs = len(range(i, drafts, modules))
-            plain[f"mtp{i}_proj"] = (graphs.mtp[f"mtp{i}_proj"], one, runs)
-            plain[f"mtp{i}_layer"] = (graphs.mtp[f"mtp{i}_layer"], one, runs)
-        if drafts:
-            # each draft embeds the token it extends and reads logits for the next
-            plain["mtp_embedding"] = (graphs.embedding, one, drafts)
-            plain["mtp_head"] = (graphs.head, one, drafts)
+    decode = phase == Phase.DECODE
+    head_wl = main_wl if decode else Workload(b, 1, 1)
+    plan = [
+        _Extra("embedding", ExtraRole.EMBEDDING, graphs.embedding, main_wl),
+        _Extra("head", ExtraRole.HEAD, graphs.head, head_wl),
+    ]
+    if not (decode and spec.mtp.uses_module and graphs.mtp):
+        return plan
+    one = Workload(b, 1, main_wl.kv)
+    modules = len(graphs.mtp)
+    drafts = spec.mtp.module_runs
+    for i, module in enumerate(graphs.mtp):
+        runs = len(range(i, drafts, modules))
+        plan += [
+            _Extra(f"mtp{i}_proj", ExtraRole.MTP_PROJECTION, module.projection, one, runs, i),
+            _Extra(f"mtp{i}_layer", ExtraRole.MTP_LAYER, module.layer, one, runs, i),
+        ]
+    if drafts:
+        # each draft embeds the token it extends and reads logits for the next
+        plan += [
+            _Extra("mtp_embedding", ExtraRole.MTP_EMBEDDING, graphs.embedding, one, drafts),
+            _Extra("mtp_head", ExtraRole.MTP_HEAD, graphs.head, one, drafts),
+        ]
+    return plan
+
+
+def _extras(
+    spec: MappingSpec,
+    graphs: ModelGraphs,
+    main_wl: Workload,
+    ctx: CompileContext,
+) -> dict[str, LayerProgram]:
+    """The extras' kernels: an MTP module's decoder layer is a MoE layer, mapped like the
+    others when the mapping lists MoE kernels; everything else is auto-mapped."""
+    moe = spec.kernels.get("moe") if isinstance(spec.kernels, dict) else None
     extras: dict[str, LayerProgram] = {}
-    for name, (g, wl, runs) in plain.items():
-        if name.endswith("_layer") and isinstance(spec.kernels, dict) and "moe" in spec.kernels:
-            # the MTP module's decoder layer is a MoE layer: map it like the others
-            kspecs = spec.kernels["moe"]
+    for e in _planned_extras(spec, graphs, main_wl, ctx.phase):
+        g, wl = e.graph, e.workload
+        if e.role == ExtraRole.MTP_LAYER and moe is not None:
+            kspecs = moe
         else:
-            kspecs = _auto(g, name, wl, ctx)
-        kernels = build_kernels(g, fuse(g, kspecs, name), name, wl, ctx)
-        extras[name] = LayerProgram(name, 1, g, kernels, wl, runs=runs)
+            kspecs = _auto(g, e.name, wl, ctx)
+        kernels = build_kernels(g, fuse(g, kspecs, e.name), e.name, wl, ctx)
+        extras[e.name] = LayerProgram(
+            e.name, 1, g, kernels, wl, runs=e.runs, role=e.role, module=e.module
+        )
     return extras
+
+
+def _deployed(
+    layers: dict[str, LayerProgram], extras: dict[str, LayerProgram]
+) -> list[LayerProgram]:
+    """What holds weights (and cache) in HBM: the layers, the MTP modules, embedding and head."""
+    mtp = (ExtraRole.MTP_PROJECTION, ExtraRole.MTP_LAYER)
+    by_role = {e.role: e for e in extras.values()}
+    return [
+        *layers.values(),
+        *[e for e in extras.values() if e.role in mtp],
+        by_role[ExtraRole.EMBEDDING],
+        by_role[ExtraRole.HEAD],
+    ]
 
 
 def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
@@ -252,14 +298,15 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
             key="batch",
             fix="use rdusim.serving.capacity.max_batch or give a number",
         )
+    phase = Phase(spec.phase)
     try:
         ss = snapstream_sizes(spec, rm.source.file)
-        graphs = build_model(rm.model, spec.phase, ss)
-        verified = spec.mtp.verified_tokens if spec.phase == "decode" else 1
-        wl = workload_for(spec.phase, b, spec.seq_len, ss, verified)
+        graphs = build_model(rm.model, phase, ss)
+        verified = spec.mtp.verified_tokens if phase == Phase.DECODE else 1
+        wl = workload_for(phase, b, spec.seq_len, ss, verified)
         ctx = CompileContext(
             hw,
-            spec.phase,
+            phase,
             prefill_tile_tokens(
                 rm.model.hidden_size, rm.model.bytes_of("activations"), hw.socket.pmu_bytes
             ),
@@ -278,25 +325,19 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         extras = _extras(spec, graphs, wl, ctx)
     except SpecError as exc:
         raise rm.source.locate(exc) from None
-    deployed = [
-        *layers.values(),
-        *[e for n, e in extras.items() if n.startswith("mtp") and n[3:4].isdigit()],
-        extras["embedding"],
-        extras["head"],
-    ]
-    hbm = plan_hbm(deployed, hw, wl, spec.phase, ss.slots if ss else None)
+    hbm = plan_hbm(_deployed(layers, extras), hw, wl, phase, ss.slots if ss else None)
     return Program(
         mapping=spec.name or rm.source.file,
         model=rm.model.name,
         hardware=hw.name,
-        phase=spec.phase,
+        phase=phase,
         seq_len=spec.seq_len,
         workload=wl,
         sockets=hw.sockets,
         layers=layers,
         extras=extras,
         hbm=hbm,
-        kv_len=wl.kv if spec.phase == "decode" else (ss.slots if ss else spec.seq_len),
+        kv_len=wl.kv if phase == Phase.DECODE else (ss.slots if ss else spec.seq_len),
         snapstream=ss is not None,
         tokens_per_step=spec.tokens_per_step,
         orchestration=spec.orchestration.value,

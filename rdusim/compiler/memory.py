@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from rdusim.compiler.program import HBMPlan, Kernel, LayerProgram
+from rdusim.compiler.program import HBMPlan, Kernel, LayerProgram, OpPlan
 from rdusim.compiler.sharding import cache_share, kv_input_share
 from rdusim.errors import InfeasibleError
-from rdusim.ir.graph import Graph, TensorKind, Workload
-from rdusim.ir.model import cache_bytes
+from rdusim.ir.attrs import AttentionAttrs
+from rdusim.ir.graph import CostClass, Graph, Op, OpKind, Phase, TensorKind, Workload
+from rdusim.ir.model import attention_window, cache_bytes
 from rdusim.spec.hardware import Hardware
 
 # A blocking op (softmax over a whole row, a sort) holds its entire input before emitting; an
@@ -34,25 +35,12 @@ def plan_sram(kernel: Kernel, graph: Graph, wl: Workload, hw: Hardware) -> None:
     for p in kernel.ops:
         op = graph.ops[p.name]
         # expert-grouped streams carry a token's k routed slots one expert at a time
-        tiles = kernel.tiles * op.attrs.get("slots", 1)
+        routed = op.routed
+        tiles = kernel.tiles * (routed.slots if routed else 1)
         io = (p.stream_in + p.stream_out + p.hbm_write) / tiles
-        if p.kind == "attention" and op.attrs.get("causal") and wl.seq > 1:
-            # flash-style: a query tile, a double-buffered K/V block and one score tile in flight
-            heads = op.attrs["heads"] / max(p.degree, 1)
-            block = kernel.kv_block or wl.kv
-            act = graph.tensors[op.inputs[0]].dtype_bytes
-            q_tile = kernel.tile_tokens * heads * op.attrs["qk_dim"] * act
-            # one position of every K/V input this socket holds (a rope key shared by all heads
-            # is held once), double-buffered
-            env = Workload(1, 1, 1).env()
-            row = sum(
-                graph.tensors[t].nbytes(env)
-                * kv_input_share(graph, t, p.strategy, p.degree, 1 / p.degree)
-                for t in op.inputs[1:]
-            )
-            kv = 2 * block * row
-            scores = kernel.tile_tokens * block * act
-            buf = 2 * q_tile + kv + scores + 2 * p.stream_out / tiles
+        a = op.attrs
+        if isinstance(a, AttentionAttrs) and a.causal and wl.seq > 1:
+            buf = _flash_buffers(kernel, p, op, a, graph, wl, tiles)
         elif p.blocking and p.stream_in > SPILL_FRACTION * hw.socket.sram_bytes:
             p.spill_bytes = 2 * p.stream_in
             buf = 2 * (io + p.hbm_read / tiles)
@@ -61,11 +49,38 @@ def plan_sram(kernel: Kernel, graph: Graph, wl: Workload, hw: Hardware) -> None:
         else:
             buf = 2 * (io + p.hbm_read / tiles)
         matrices = op.weights[0].shape[0] if op.weights and len(op.weights[0].shape) == 3 else 1
-        if p.cost_class != "memory":  # a lookup table is read row by row, never buffered whole
+        if p.cost_class != CostClass.MEMORY:  # a lookup table is read row by row, not buffered
             buf += _weight_buffer(p.weight_bytes, int(matrices), tiles)
         p.sram_bytes = buf
         total += buf
     kernel.sram_bytes = total
+
+
+def _flash_buffers(
+    kernel: Kernel,
+    p: OpPlan,
+    op: Op,
+    a: AttentionAttrs,
+    graph: Graph,
+    wl: Workload,
+    tiles: int,
+) -> float:
+    """Flash-style attention holds a query tile, a double-buffered K/V block and one score tile
+    in flight."""
+    heads = a.heads / max(p.degree, 1)
+    block = kernel.kv_block or wl.kv
+    act = graph.tensors[op.inputs[0]].dtype_bytes
+    q_tile = kernel.tile_tokens * heads * a.qk_dim * act
+    # one position of every K/V input this socket holds (a rope key shared by all heads is held
+    # once), double-buffered
+    env = Workload(1, 1, 1).env()
+    row = sum(
+        graph.tensors[t].nbytes(env) * kv_input_share(graph, t, p.strategy, p.degree, 1 / p.degree)
+        for t in op.inputs[1:]
+    )
+    kv = 2 * block * row
+    scores = kernel.tile_tokens * block * act
+    return 2 * q_tile + kv + scores + 2 * p.stream_out / tiles
 
 
 def check_sram(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> None:
@@ -87,21 +102,15 @@ def kv_share(layer: LayerProgram, sockets: int, wl: Workload) -> float:
     """Fraction of the layer's KV cache one socket stores (see `sharding.cache_share`)."""
     for k in layer.kernels:
         for p in k.ops:
-            if p.kind == "attention":
+            if p.kind == OpKind.ATTENTION:
                 return cache_share(
                     layer.graph.ops[p.name], p.strategy, p.degree, wl.batch, p.seq_split
                 )
     return 1.0 / sockets
 
 
-def _window(layer: LayerProgram) -> int | None:
-    """The sliding window of a layer's attention (None: full attention)."""
-    windows = [op.attrs.get("window") for op in layer.graph.ops.values() if op.kind == "attention"]
-    return next((w for w in windows if w is not None), None)
-
-
 def plan_hbm(
-    layers: list[LayerProgram], hw: Hardware, wl: Workload, phase: str, snap_kv: int | None
+    layers: list[LayerProgram], hw: Hardware, wl: Workload, phase: Phase, snap_kv: int | None
 ) -> HBMPlan:
     """Weights (shards), KV cache and inter-kernel workspace per socket."""
     weights = sum(
@@ -109,15 +118,15 @@ def plan_hbm(
     )
     kv = 0.0
     for lp in layers:
-        if not any(p.kind == "attention" for k in lp.kernels for p in k.ops):
+        if not any(p.kind == OpKind.ATTENTION for k in lp.kernels for p in k.ops):
             continue
-        if phase == "decode":
+        if phase == Phase.DECODE:
             kv += lp.count * cache_bytes(lp.graph, wl) * kv_share(lp, hw.sockets, wl)
         else:
             # the prompt's cache (compressed, with SnapStream; at most a sliding window) waits in
             # HBM for the decode node
             kept = snap_kv if snap_kv is not None else wl.kv
-            window = _window(lp)
+            window = attention_window(lp.graph)
             kept = kept if window is None else min(kept, window)
             per_tok = cache_bytes(lp.graph, Workload(1, 1, 1))
             kv += lp.count * wl.batch * kept * per_tok / hw.sockets

@@ -7,15 +7,48 @@ and nothing else; it never looks at specs or the IR's formulas.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from rdusim.ir.graph import Graph, Workload
+from rdusim.compiler.collectives import CollectiveKind
+from rdusim.ir.graph import (
+    CacheRole,
+    CostClass,
+    Graph,
+    Op,
+    OpKind,
+    Phase,
+    Tensor,
+    TensorKind,
+    Workload,
+)
+from rdusim.snapstream.onchip import CacheUpdate
+
+
+class Layout(StrEnum):
+    """How a tensor lies on the sockets (see `rdusim.compiler.sharding`)."""
+
+    R = "R"  # replicated: every socket holds it whole
+    T = "T"  # split by tokens (sequence or batch)
+    F = "F"  # split by features (heads, or an FFN's/experts' intermediate features)
+    P = "P"  # partial sums: every socket holds a full-size addend
+
+
+class ExtraRole(StrEnum):
+    """What an extra (a graph outside the decoder layers) is in the program."""
+
+    EMBEDDING = "embedding"
+    HEAD = "head"
+    MTP_PROJECTION = "mtp_projection"  # an MTP module's own input ops
+    MTP_LAYER = "mtp_layer"  # an MTP module's MoE decoder layer
+    MTP_EMBEDDING = "mtp_embedding"  # the embedding again, once per draft token
+    MTP_HEAD = "mtp_head"  # the head again, once per draft token
 
 
 @dataclass
 class OpPlan:
     name: str
-    kind: str
-    cost_class: str
+    kind: OpKind
+    cost_class: CostClass
     strategy: str  # tp | dp | ep | replicate
     degree: int
     flops: float  # arithmetic on one socket (element ops for SIMD)
@@ -24,8 +57,8 @@ class OpPlan:
     weight_bytes: float  # this socket's shard of the op's weights (resident in HBM)
     stream_in: float  # bytes arriving on chip from producers inside the kernel
     stream_out: float
-    in_layouts: tuple[str, ...] = ()
-    out_layout: str = "R"
+    in_layouts: tuple[Layout, ...] = ()
+    out_layout: Layout = Layout.R
     pcus: int = 0
     pmus: int = 0
     sram_bytes: float = 0.0
@@ -41,7 +74,7 @@ class OpPlan:
     @property
     def streamed_weight_bytes(self) -> float:
         """Weight bytes this op reads from HBM each time it runs (lookup tables: none)."""
-        if self.cost_class == "memory":
+        if self.cost_class == CostClass.MEMORY:
             return 0.0
         return self.weight_bytes if self.weight_read_bytes is None else self.weight_read_bytes
 
@@ -67,7 +100,7 @@ class OpPlan:
 
 @dataclass
 class Collective:
-    kind: str  # all-reduce | all-gather | reduce-scatter | all-to-all
+    kind: CollectiveKind
     tensor: str
     bytes: float  # bytes each socket sends, over all rounds
     rounds: int  # sequential rounds of the algorithm on the node's topology (latency term)
@@ -115,7 +148,8 @@ class LayerProgram:
 
     `count` layers of this kind exist in the model; `runs` is how many times one of them executes
     per prompt or step (a decoder layer once; the MTP module once per draft token). A `looped`
-    kind runs its `count` layers as one kernel call with a pipelined outer loop.
+    kind runs its `count` layers as one kernel call with a pipelined outer loop. An extra has a
+    `role` (a decoder layer: None), and an MTP module's parts the `module` they belong to.
     """
 
     kind: str
@@ -125,6 +159,8 @@ class LayerProgram:
     workload: Workload
     runs: int = 1
     looped: bool = False
+    role: ExtraRole | None = None
+    module: int | None = None
 
     @property
     def executions(self) -> int:
@@ -166,7 +202,7 @@ class Program:
     mapping: str
     model: str
     hardware: str
-    phase: str
+    phase: Phase
     seq_len: int  # the prompt length (prefill) / the static maximum sequence (decode)
     workload: Workload
     sockets: int
@@ -184,6 +220,47 @@ class Program:
     def all_layers(self) -> list[LayerProgram]:
         return [*self.layers.values(), *self.extras.values()]
 
+    def extra(self, role: ExtraRole, module: int | None = None) -> LayerProgram | None:
+        """The extra with `role` (and MTP `module`), if the program has it."""
+        return next(
+            (e for e in self.extras.values() if e.role == role and e.module == module), None
+        )
+
     @property
     def sram_peak_bytes(self) -> float:
         return max(k.sram_bytes for lp in self.all_layers() for k in lp.kernels)
+
+    @property
+    def cache_update(self) -> CacheUpdate:
+        """The decode step's cache update as compiled, in the most numerous layer kind: the
+        kernel that writes the new rows, each socket's sequences, the cache rows."""
+        layer = max(self.layers.values(), key=lambda lp: lp.count)
+        attention = next(p for k in layer.kernels for p in k.ops if p.kind == OpKind.ATTENTION)
+        batch = self.workload.batch
+        seqs = -(-batch // attention.degree) if attention.strategy == "dp" else batch
+        graph = layer.graph
+        kernel = next(
+            k for k in layer.kernels if any(_writes_cache(graph.ops[p.name], graph) for p in k.ops)
+        )
+        caches = [t for t in graph.tensors.values() if t.kind == TensorKind.CACHE]
+        kept = [t for t in caches if not t.compressed]
+        return CacheUpdate(
+            kernel=kernel.name,
+            kernel_sram_bytes=kernel.sram_bytes,
+            sequences_per_socket=seqs,
+            slots=self.kv_len,
+            key_row_bytes=_row_bytes(kept, (CacheRole.LATENT, CacheRole.KEY)),
+            value_row_bytes=_row_bytes(kept, (CacheRole.LATENT, CacheRole.VALUE)),
+        )
+
+
+def _writes_cache(op: Op, graph: Graph) -> bool:
+    """A scatter into a KV cache (decode reads the cache it updates in place)."""
+    tensors = (graph.tensors[t] for t in (*op.inputs, *op.outputs))
+    return op.kind == OpKind.SCATTER and any(t.kind == TensorKind.CACHE for t in tensors)
+
+
+def _row_bytes(caches: list[Tensor], roles: tuple[CacheRole, ...]) -> float:
+    """Bytes per cached position (all heads) of the caches with one of `roles`, in role order."""
+    env = Workload(1, 1, 1).env()
+    return sum(t.nbytes(env) for role in roles for t in caches if t.role == role)

@@ -1,6 +1,6 @@
 """Sharding pass: split each op over sockets, track tensor layouts, insert collectives.
 
-A tensor's layout on the sockets is one of
+A tensor's layout on the sockets (`Layout`) is one of
   R  replicated: every socket holds it whole;
   T  split by tokens (sequence or batch);
   F  split by features (heads, or an FFN's/experts' intermediate features);
@@ -20,30 +20,34 @@ from dataclasses import dataclass, field
 from rdusim.compiler.collectives import CollectiveKind, Topology, collective_cost
 from rdusim.compiler.experts import Routing, expert_share
 from rdusim.compiler.fusion import FusedKernel
-from rdusim.compiler.program import Collective, OpPlan
+from rdusim.compiler.program import Collective, Layout, OpPlan
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
-from rdusim.ir.graph import Graph, Op, TensorKind, TPMode, Workload
+from rdusim.ir.attrs import AttentionAttrs, ElementwiseAttrs, GemmAttrs, head_count, window_of
+from rdusim.ir.graph import Graph, Op, OpKind, TensorKind, TPMode, Workload
 from rdusim.spec.mapping import Sharding
 from rdusim.spec.yamlio import dotted
 
+R, T, F, P = Layout.R, Layout.T, Layout.F, Layout.P
+
 _CONVERSIONS = {
-    ("T", "R"): CollectiveKind.ALL_GATHER,
-    ("F", "R"): CollectiveKind.ALL_GATHER,
-    ("T", "F"): CollectiveKind.ALL_TO_ALL,
-    ("F", "T"): CollectiveKind.ALL_TO_ALL,
-    ("P", "R"): CollectiveKind.ALL_REDUCE,
-    ("P", "T"): CollectiveKind.REDUCE_SCATTER,
-    ("P", "F"): CollectiveKind.REDUCE_SCATTER,
+    (T, R): CollectiveKind.ALL_GATHER,
+    (F, R): CollectiveKind.ALL_GATHER,
+    (T, F): CollectiveKind.ALL_TO_ALL,
+    (F, T): CollectiveKind.ALL_TO_ALL,
+    (P, R): CollectiveKind.ALL_REDUCE,
+    (P, T): CollectiveKind.REDUCE_SCATTER,
+    (P, F): CollectiveKind.REDUCE_SCATTER,
 }
 
 
-# the layout a collective leaves its tensor in: whole (R) or one socket's slice
+# the layout a collective leaves its tensor in: whole (R), or one socket's slice, whose share
+# is counted like a token split (T)
 _TARGET = {
-    CollectiveKind.ALL_REDUCE: "R",
-    CollectiveKind.ALL_GATHER: "R",
-    CollectiveKind.REDUCE_SCATTER: "S",
-    CollectiveKind.ALL_TO_ALL: "S",
+    CollectiveKind.ALL_REDUCE: R,
+    CollectiveKind.ALL_GATHER: R,
+    CollectiveKind.REDUCE_SCATTER: T,
+    CollectiveKind.ALL_TO_ALL: T,
 }
 
 
@@ -87,7 +91,7 @@ def _error(msg: str, sh: OpSharding, fix: str) -> SpecError:
 
 def is_cached_attention(op: Op) -> bool:
     """Decode attention: queries of this step against a cache read from HBM."""
-    return op.kind == "attention" and "read_shape" in op.attrs
+    return op.kind == OpKind.ATTENTION and op.read is not None
 
 
 def small_batch_split(op: Op, sh: OpSharding, batch: int) -> OpSharding:
@@ -103,8 +107,7 @@ def small_batch_split(op: Op, sh: OpSharding, batch: int) -> OpSharding:
     if is_cached_attention(op):
         dp = max(k for k in range(1, sh.degree + 1) if sh.degree % k == 0 and k <= batch)
         return OpSharding("dp", dp, sh.path, sh.degree // dp)
-    heads = op.attrs.get("heads") or op.attrs.get("count", 1)
-    if op.tp_mode == TPMode.HEADS and heads % sh.degree == 0:
+    if op.tp_mode == TPMode.HEADS and head_count(op.attrs) % sh.degree == 0:
         return OpSharding("tp", sh.degree, sh.path)
     return sh
 
@@ -117,15 +120,16 @@ def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
     nodes = "" if sockets % span == 0 else f" (nor the node's {sockets} sockets)"
     if sh.strategy == "tp":
         if op.tp_mode == TPMode.HEADS:
-            heads = op.attrs.get("heads") or op.attrs.get("count", 1)
+            heads = head_count(op.attrs)
             if heads % d:
                 raise _error(
                     f"tp: {d} does not divide the {heads} heads of {op.name}{nodes}",
                     sh,
                     "use a degree that divides the head count (e.g. 8 or 16)",
                 )
-        if op.tp_mode in (TPMode.COLUMN, TPMode.ROW) and op.kind == "gemm":
-            width = op.attrs["n"] if op.tp_mode == TPMode.COLUMN else op.attrs["k"]
+        a = op.attrs
+        if op.tp_mode in (TPMode.COLUMN, TPMode.ROW) and isinstance(a, GemmAttrs):
+            width = a.n if op.tp_mode == TPMode.COLUMN else a.k
             if width % d:
                 raise _error(
                     f"tp: {d} does not divide dimension {width} of {op.name}{nodes}",
@@ -133,16 +137,16 @@ def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
                     "use a degree that divides the split dimension",
                 )
     if sh.strategy == "ep":
-        experts = op.attrs.get("experts")
-        if not experts:
+        routed = op.routed
+        if routed is None:
             raise _error(
                 f"ep applies to routed-expert ops, not {op.name}",
                 sh,
                 "use tp or dp for this op (override it per op)",
             )
-        if experts % d:
+        if routed.experts % d:
             raise _error(
-                f"ep: {d} does not divide the {experts} experts{nodes}",
+                f"ep: {d} does not divide the {routed.experts} experts{nodes}",
                 sh,
                 "use a degree that divides the expert count",
             )
@@ -169,39 +173,43 @@ def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
 
 
 def _required(
-    op: Op, sh: OpSharding, seq_parallel: bool, graph: Graph, in_layouts: list[str]
-) -> tuple[list[str], str]:
+    op: Op, sh: OpSharding, seq_parallel: bool, graph: Graph, in_layouts: list[Layout]
+) -> tuple[list[Layout], Layout]:
     """Input layouts an op needs and the layout it produces, under its sharding."""
     n = len(op.inputs)
-    acts = [graph.tensors[t].kind != TensorKind.CACHE for t in op.inputs]
     if sh.strategy == "sp" or sh.seq_split > 1:
         # split-KV: every socket of a sequence group needs its queries and ends with a partial
         # result to combine
-        need = "T" if sh.strategy == "dp" and sh.degree > 1 else "R"
-        return [need] * n, "P"
+        need = T if sh.strategy == "dp" and sh.degree > 1 else R
+        return [need] * n, P
     if sh.strategy == "replicate":
-        return ["R"] * n, "R"
+        return [R] * n, R
     if sh.strategy == "dp":
-        return ["T"] * n, "T"
+        return [T] * n, T
     mode = op.tp_mode
     if mode == TPMode.COLUMN:
-        return ["R"] * n, "F"
+        return [R] * n, F
     if mode == TPMode.ROW:
-        return ["F"] * n, "P"
+        return [F] * n, P
     if mode == TPMode.HEADS:
         # tensors with a heads axis arrive split by heads; shared ones (rope key) whole
-        req = ["F" if len(graph.tensors[t].shape) >= 4 else "R" for t in op.inputs]
-        return req, "F"
+        req = [F if len(graph.tensors[t].shape) >= 4 else R for t in op.inputs]
+        return req, F
     if mode == TPMode.TOKEN:
-        lay = "T" if seq_parallel else "R"
+        lay = T if seq_parallel else R
         return [lay] * n, lay
-    # LOCAL: follow the first activation input; linear ops may keep partial sums
-    first = next((lay for lay, a in zip(in_layouts, acts, strict=True) if a), "R")
-    if first == "P" and not op.attrs.get("linear"):
-        first = "T" if seq_parallel else "R"
-    if first == "R":
-        first = "T"
+    first = _local_layout(op, graph, in_layouts, seq_parallel)
     return [first] * n, first
+
+
+def _local_layout(op: Op, graph: Graph, in_layouts: list[Layout], seq_parallel: bool) -> Layout:
+    """A LOCAL op follows its first activation input; only a linear op keeps partial sums."""
+    acts = [graph.tensors[t].kind != TensorKind.CACHE for t in op.inputs]
+    first = next((lay for lay, a in zip(in_layouts, acts, strict=True) if a), R)
+    linear = isinstance(op.attrs, ElementwiseAttrs) and op.attrs.linear
+    if first == P and not linear:
+        first = T if seq_parallel else R
+    return T if first == R else first
 
 
 def cache_share(op: Op, strategy: str, degree: int, batch: int, seq_split: int = 1) -> float:
@@ -218,20 +226,21 @@ def cache_share(op: Op, strategy: str, degree: int, batch: int, seq_split: int =
     if strategy == "dp":
         return math.ceil(batch / degree) / batch * split
     if strategy == "tp":
-        if op.attrs.get("shared_kv"):
+        a = costs.attrs_as(op, AttentionAttrs)
+        if a.shared_kv:
             return split
-        kv_heads = op.attrs.get("kv_heads") or op.attrs.get("heads") or degree
+        kv_heads = a.kv_heads or a.heads or degree
         return 1.0 / min(degree, kv_heads) * split
     return split
 
 
-def _share(layout: str, d: int, units: int, heads: int | None = None) -> float:
+def _share(layout: Layout, d: int, units: int, heads: int | None = None) -> float:
     """Fraction of a tensor one socket holds in `layout`: whole for R and P; 1/d of the features
     for F (a tensor with only `heads` heads splits at most that many ways: a socket holds whole
     heads); and ceil(units/d) of `units` tokens or sequences for T, since a split rounds up."""
-    if layout in ("R", "P") or d <= 1:
+    if layout in (R, P) or d <= 1:
         return 1.0
-    if layout == "F":
+    if layout == F:
         return 1.0 / min(d, heads) if heads else 1.0 / d
     return math.ceil(units / d) / units if units >= 1 else 1.0 / d
 
@@ -253,8 +262,8 @@ def _work_share(op: Op, sh: OpSharding, wl: Workload, prefill: bool) -> float:
     if sh.strategy == "sp":
         return 1.0 / sh.degree
     if sh.strategy == "dp":
-        units = wl.batch if op.kind == "attention" else split_units(wl, prefill)
-        return _share("T", sh.degree, units) / sh.seq_split
+        units = wl.batch if op.kind == OpKind.ATTENTION else split_units(wl, prefill)
+        return _share(T, sh.degree, units) / sh.seq_split
     if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not prefill:
         return 1.0  # replicated token-wise work in decode
     return 1.0 / sh.degree
@@ -265,19 +274,19 @@ class ShardedLayer:
     ops: dict[str, OpPlan]
     collectives: list[Collective]
     host: dict[int, str]  # collective index -> op whose kernel hosts it
-    layouts: dict[str, str]
+    layouts: dict[str, Layout]
 
 
 @dataclass
 class _State:
     """Layouts and collectives as the pass walks the graph."""
 
-    layouts: dict[str, str] = field(default_factory=dict)
+    layouts: dict[str, Layout] = field(default_factory=dict)
     degrees: dict[str, int] = field(default_factory=dict)  # sockets a split/partial tensor spans
     plans: dict[str, OpPlan] = field(default_factory=dict)
     colls: list[Collective] = field(default_factory=list)
     host: dict[int, str] = field(default_factory=dict)
-    converted: dict[tuple[str, str], int] = field(default_factory=dict)
+    converted: dict[tuple[str, Layout], int] = field(default_factory=dict)
     # split-KV partial results: (sockets one combine spans, fraction of the tensor a group holds)
     partial_groups: dict[str, tuple[int, float]] = field(default_factory=dict)
 
@@ -286,8 +295,8 @@ def _convert_inputs(
     graph: Graph,
     op: Op,
     sh: OpSharding,
-    have: list[str],
-    need: list[str],
+    have: list[Layout],
+    need: list[Layout],
     st: _State,
     ctx: ShardContext,
 ) -> None:
@@ -300,7 +309,7 @@ def _convert_inputs(
         # a split or partial tensor spans its producer's sockets: converting it for a consumer
         # with another (or no) split involves all of them; split-KV partials combine within
         # their group of sockets, over the group's own sequences
-        dc = max(sh.degree * sh.seq_split, st.degrees.get(t, 1) if h != "R" else 1)
+        dc = max(sh.degree * sh.seq_split, st.degrees.get(t, 1) if h != R else 1)
         nbytes = tensor.nbytes(env)
         if t in st.partial_groups:
             dc, part = st.partial_groups[t]
@@ -312,7 +321,7 @@ def _convert_inputs(
         cost = collective_cost(kind, nbytes, dc, ctx.topology)
         st.converted[key] = len(st.colls)
         src = graph.producer.get(t)
-        st.colls.append(Collective(kind.value, t, cost.bytes_sent, cost.rounds, src, op.name))
+        st.colls.append(Collective(kind, t, cost.bytes_sent, cost.rounds, src, op.name))
         st.host[len(st.colls) - 1] = src if src is not None else op.name
 
 
@@ -320,7 +329,7 @@ def _input_traffic(
     graph: Graph,
     op: Op,
     sh: OpSharding,
-    need: list[str],
+    need: list[Layout],
     fk: FusedKernel,
     kernel_of: dict[str, FusedKernel],
     wl: Workload,
@@ -358,13 +367,14 @@ def _flash_reread(
 ) -> float:
     """Flash-style prefill attention re-reads K/V blocks for each query block: query block i
     (of nb) reads the i blocks up to it (causal), or at most those within a sliding window."""
-    if not (op.kind == "attention" and op.attrs.get("causal") and wl.seq > 1):
+    causal = isinstance(op.attrs, AttentionAttrs) and op.attrs.causal
+    if not (causal and wl.seq > 1):
         return 0.0
     block = kv_block or wl.seq
     nb = math.ceil(wl.seq / block)
     if nb <= 1:
         return 0.0
-    window = op.attrs.get("window")
+    window = window_of(op.attrs)
     reach = nb if window is None else math.ceil(window / block) + 1
     reads = sum(min(i, reach) for i in range(1, nb + 1))  # blocks read over all query blocks
     kv_in = sum(
@@ -399,7 +409,7 @@ def _plan_op(
     seq_parallel = ctx.prefill
     sh = small_batch_split(op, resolve_sharding(fk, op.name, kind), wl.batch)
     _check_divisible(op, sh, ctx.sockets)
-    have = [st.layouts.get(t, "R") for t in op.inputs]
+    have = [st.layouts.get(t, R) for t in op.inputs]
     need, out = _required(op, sh, seq_parallel, graph, have)
     _convert_inputs(graph, op, sh, have, need, st, ctx)
     hbm_read, stream_in = _input_traffic(graph, op, sh, need, fk, kernel_of, wl, ctx.prefill)
@@ -407,20 +417,20 @@ def _plan_op(
     flops = costs.flops(op, graph, wl)
     # caches and explicit read shapes (gathers, cache reads) come straight from HBM
     cache_read = 0.0
-    if "read_shape" in op.attrs:
+    if op.read is not None:
         share = (
             cache_share(op, sh.strategy, sh.degree, wl.batch, sh.seq_split)
-            if op.kind == "attention"
+            if op.kind == OpKind.ATTENTION
             else frac
         )
         cache_read = costs.bytes_read(op, graph, wl) * share
-        if op.kind in ("gather", "gemm"):
+        if op.kind in (OpKind.GATHER, OpKind.GEMM):
             hbm_read = 0.0  # the read shape replaces the whole-tensor reads
     hbm_read += _flash_reread(graph, op, sh, ctx.kv_blocks.get(fk.spec.name), frac, wl)
     out_bytes = sum(graph.tensors[t].nbytes(wl.env()) for t in op.outputs)
-    if "write_shape" in op.attrs:
+    if op.write is not None:
         out_bytes = costs.bytes_written(op, graph, wl)
-    out_share = _share(out, sh.degree, split_units(wl, ctx.prefill)) if out != "P" else 1.0
+    out_share = _share(out, sh.degree, split_units(wl, ctx.prefill)) if out != P else 1.0
     if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not seq_parallel:
         out_share = 1.0
     hbm_write = out_bytes * out_share if _writes_leave_kernel(graph, op, fk, kernel_of) else 0.0
@@ -430,7 +440,7 @@ def _plan_op(
     plan = OpPlan(
         name=op.name,
         kind=op.kind,
-        cost_class=op.cost_class.value,
+        cost_class=op.cost_class,
         strategy=sh.strategy,
         degree=sh.degree,
         flops=flops * frac,
@@ -442,7 +452,7 @@ def _plan_op(
         in_layouts=tuple(need),
         out_layout=out,
         full_flops=flops,
-        blocking=bool(op.attrs.get("blocking")),
+        blocking=op.blocking,
         seq_split=sh.seq_split,
     )
     _apply_expert_routing(plan, op, sh, frac, ctx)
@@ -452,7 +462,7 @@ def _plan_op(
         if sh.strategy == "sp":
             st.partial_groups[t] = (sh.degree, 1.0)
         elif sh.seq_split > 1:
-            st.partial_groups[t] = (sh.seq_split, _share("T", sh.degree, wl.batch))
+            st.partial_groups[t] = (sh.seq_split, _share(T, sh.degree, wl.batch))
     return plan
 
 
@@ -461,12 +471,12 @@ def _apply_expert_routing(
 ) -> None:
     """Routed-expert ops stream only the touched experts' weights; under ep the busiest socket's
     token-slots set the work."""
-    experts = op.attrs.get("experts")
-    if not experts:
+    routed = op.routed
+    if routed is None:
         return
     wl = ctx.workload
     tokens = wl.tokens * (frac if sh.strategy == "dp" else 1.0)
-    share = expert_share(ctx.routing, experts, op.attrs["slots"], tokens, sh.strategy, sh.degree)
+    share = expert_share(ctx.routing, routed.experts, routed.slots, tokens, sh.strategy, sh.degree)
     plan.experts_touched = share.experts_touched
     if plan.weight_bytes > 0:
         plan.weight_read_bytes = plan.weight_bytes * share.weight_read_fraction
@@ -486,10 +496,9 @@ def _correct_converted_writes(
         if prod.hbm_write <= 0:
             continue
         nbytes = graph.tensors[c.tensor].nbytes(wl.env())
-        target = _TARGET[CollectiveKind(c.kind)]
         units = split_units(wl, prefill)
-        was = 1.0 if prod.out_layout == "P" else _share(prod.out_layout, prod.degree, units)
-        now = 1.0 if target == "R" else _share("T", prod.degree, units)
+        was = 1.0 if prod.out_layout == P else _share(prod.out_layout, prod.degree, units)
+        now = _share(_TARGET[c.kind], prod.degree, units)
         prod.hbm_write = max(0.0, prod.hbm_write + nbytes * (now - was))
 
 
@@ -501,17 +510,17 @@ def shard(graph: Graph, fused: list[FusedKernel], kind: str, ctx: ShardContext) 
     """
     kernel_of = {n: fk for fk in fused for n in fk.ops}
     layer_in = graph.graph_inputs()
-    st = _State(layouts=dict.fromkeys(layer_in, "R"))
+    st = _State(layouts=dict.fromkeys(layer_in, R))
     for _pass in range(2):
         st = _State(
-            layouts={t: st.layouts.get(t, "R") for t in layer_in},
+            layouts={t: st.layouts.get(t, R) for t in layer_in},
             degrees={t: st.degrees.get(t, 1) for t in layer_in},
         )
         for op in graph:
             st.plans[op.name] = _plan_op(graph, op, kernel_of[op.name], kernel_of, kind, st, ctx)
         _correct_converted_writes(graph, st, kernel_of, ctx.workload, ctx.prefill)
         outs = [t for t in graph.graph_outputs() if graph.tensors[t].kind != TensorKind.CACHE]
-        final = st.layouts.get(outs[0], "R") if outs else "R"
+        final = st.layouts.get(outs[0], R) if outs else R
         for t in layer_in:
             if graph.tensors[t].kind != TensorKind.CACHE:
                 st.layouts[t] = final

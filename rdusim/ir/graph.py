@@ -10,13 +10,38 @@ compiler's business.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
 import networkx as nx
 
-Dim = int | str
+from rdusim.ir.attrs import (
+    ATTRS_OF,
+    Access,
+    Dim,
+    OpAttrs,
+    OpKind,
+    RoutedExperts,
+    explicit_read,
+    explicit_write,
+    is_blocking,
+    routed_experts,
+)
+
+
+class Phase(StrEnum):
+    """A serving phase: prefill processes the prompt, decode generates one step at a time."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+def as_phase(phase: Phase | str) -> Phase:
+    """A phase from its name (where a public entry accepts either)."""
+    try:
+        return Phase(phase)
+    except ValueError:
+        raise ValueError(f"unknown phase {phase!r}") from None
 
 
 @dataclass(frozen=True)
@@ -42,12 +67,31 @@ class TensorKind(StrEnum):
     CACHE = "cache"  # the KV cache: lives in HBM across steps
 
 
+class CacheRole(StrEnum):
+    """What a KV-cache tensor holds, as attention reads it."""
+
+    KEY = "key"  # keys only: MHA/GQA's K cache, MLA's rope key
+    VALUE = "value"  # values only: MHA/GQA's V cache
+    LATENT = "latent"  # read as keys and as values: MLA's compressed latent
+
+
 @dataclass(frozen=True)
 class Tensor:
+    """A tensor of the graph. A cache has a `role`; a `compressed` cache is SnapStream's
+    compressed copy of another (the same cache, smaller: never counted twice)."""
+
     name: str
     shape: tuple[Dim, ...]
     dtype_bytes: float
     kind: TensorKind = TensorKind.ACTIVATION
+    role: CacheRole | None = None
+    compressed: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.kind == TensorKind.CACHE) != (self.role is not None):
+            raise ValueError(f"tensor {self.name}: a cache, and only a cache, has a role")
+        if self.compressed and self.kind != TensorKind.CACHE:
+            raise ValueError(f"tensor {self.name}: only a cache can be compressed")
 
     def numel(self, env: dict[str, int] | None = None) -> float:
         n = 1.0
@@ -90,22 +134,54 @@ class TPMode(StrEnum):
 
 @dataclass
 class Op:
-    """One operator. `kind` selects its cost formula in `rdusim.ir.ops`."""
+    """One operator. `kind` selects its cost formulas in `rdusim.ir.ops`; `attrs` are its kind's
+    typed attributes (`rdusim.ir.attrs.ATTRS_OF`)."""
 
     name: str
-    kind: str
+    kind: OpKind
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    attrs: OpAttrs
     weights: tuple[Tensor, ...] = ()
-    attrs: dict[str, Any] = field(default_factory=dict)
     tp_mode: TPMode = TPMode.LOCAL
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        try:
+            self.kind = OpKind(self.kind)
+        except ValueError:
+            raise ValueError(f"op {self.name} has unknown kind {self.kind!r}") from None
+        want = ATTRS_OF[self.kind]
+        if not isinstance(self.attrs, want):
+            raise TypeError(
+                f"op {self.name} ({self.kind}) has {type(self.attrs).__name__}, not {want.__name__}"
+            )
 
     @property
     def cost_class(self) -> CostClass:
         from rdusim.ir.ops import cost_class_of
 
         return cost_class_of(self)
+
+    @property
+    def read(self) -> Access | None:
+        """Its explicit HBM read (None: it reads its input tensors)."""
+        return explicit_read(self.attrs)
+
+    @property
+    def write(self) -> Access | None:
+        """Its explicit HBM write (None: it writes its output tensors)."""
+        return explicit_write(self.attrs)
+
+    @property
+    def routed(self) -> RoutedExperts | None:
+        """The routed experts it works on (None: not a routed-expert op)."""
+        return routed_experts(self.attrs)
+
+    @property
+    def blocking(self) -> bool:
+        """Whether it needs its whole input before it emits."""
+        return is_blocking(self.attrs)
 
     def weight_bytes(self) -> float:
         return sum(w.nbytes() for w in self.weights)

@@ -13,22 +13,34 @@ from collections import Counter
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from rdusim.ir.attrs import GemmAttrs, window_of
 from rdusim.ir.families import family_of
-from rdusim.ir.graph import Graph, TensorKind, Workload
+from rdusim.ir.graph import Graph, Op, Phase, TensorKind, Workload, as_phase
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import LlamaConfig, ModelSpec
+
+
+@dataclass(frozen=True)
+class MtpModule:
+    """One multi-token-prediction module: its own input projection, then one MoE decoder layer
+    (it shares the model's embedding and head)."""
+
+    projection: Graph
+    layer: Graph
+
+    def graphs(self) -> tuple[Graph, Graph]:
+        return self.projection, self.layer
 
 
 @dataclass
 class ModelGraphs:
     model: ModelSpec
-    phase: str
+    phase: Phase
     layers: dict[str, Graph]
     layer_counts: dict[str, int]
     embedding: Graph
     head: Graph
-    # MTP modules, each a projection graph and one MoE decoder layer: {"mtp0_proj": g, "mtp0_layer": g}
-    mtp: dict[str, Graph] = field(default_factory=dict)
+    mtp: list[MtpModule] = field(default_factory=list)  # in chain order
 
 
 def _builders(cfg: ModelSpec) -> ModuleType:
@@ -41,16 +53,17 @@ def layer_counts(cfg: ModelSpec) -> dict[str, int]:
 
 
 def build_model(
-    cfg: ModelSpec, phase: str, snapstream: SnapStreamConfig | None = None
+    cfg: ModelSpec, phase: Phase | str, snapstream: SnapStreamConfig | None = None
 ) -> ModelGraphs:
+    """Every graph of `cfg` for `phase` (a phase's name is accepted as well)."""
+    phase = as_phase(phase)
     mod = _builders(cfg)
     counts = layer_counts(cfg)
     layers = {kind: mod.build_layer(cfg, kind, phase, snapstream) for kind in counts}
-    mtp: dict[str, Graph] = {}
-    # an MTP module is one projection plus one MoE decoder layer (it shares embedding + head)
-    for i in range(getattr(cfg, "num_nextn_predict_layers", 0)):
-        mtp[f"mtp{i}_proj"] = mod.build_mtp_projection(cfg)
-        mtp[f"mtp{i}_layer"] = mod.build_layer(cfg, "moe", phase)
+    mtp = [
+        MtpModule(mod.build_mtp_projection(cfg), mod.build_layer(cfg, "moe", phase))
+        for _ in range(getattr(cfg, "num_nextn_predict_layers", 0))
+    ]
     return ModelGraphs(
         cfg, phase, layers, counts, mod.build_embedding(cfg), mod.build_head(cfg), mtp
     )
@@ -63,17 +76,24 @@ def active_params(graph: Graph) -> float:
     """
     total = 0.0
     for op in graph.ops.values():
+        used = _experts_used(op)
         for w in op.weights:
             n = w.numel()
-            if op.attrs.get("experts"):
-                n *= op.attrs.get("count", 1) / float(w.shape[0])
+            if used is not None:
+                n *= used / float(w.shape[0])
             total += n
     return total
 
 
+def _experts_used(op: Op) -> int | None:
+    """Expert matrices one token uses, for a routed-expert GEMM (None: all its weights count)."""
+    a = op.attrs
+    return a.count if isinstance(a, GemmAttrs) and a.routed is not None else None
+
+
 def attention_window(graph: Graph) -> int | None:
     """The sliding window of a layer's attention (None: full attention)."""
-    windows = [op.attrs["window"] for op in graph.ops.values() if "window" in op.attrs]
+    windows = [w for op in graph.ops.values() if (w := window_of(op.attrs)) is not None]
     return min(windows) if windows else None
 
 
@@ -88,7 +108,7 @@ def cache_bytes(graph: Graph, wl: Workload) -> float:
     return sum(
         t.nbytes(env)
         for t in graph.tensors.values()
-        if t.kind == TensorKind.CACHE and not t.name.startswith("compressed_")
+        if t.kind == TensorKind.CACHE and not t.compressed
     )
 
 
@@ -112,7 +132,7 @@ class ModelSummary:
 
 def summarize(cfg: ModelSpec) -> ModelSummary:
     """Parameter counts (main model; MTP separately), KV bytes per token, layers by kind."""
-    g = build_model(cfg, "decode")
+    g = build_model(cfg, Phase.DECODE)
     per_kind = {k: g.layers[k].weight_params() for k in g.layers}
     emb = g.embedding.weight_params()
     head = g.head.weight_params()
@@ -133,12 +153,12 @@ def summarize(cfg: ModelSpec) -> ModelSummary:
         family=cfg.model_type,
         params_total=total,
         params_active=active,
-        params_mtp=sum(m.weight_params() for m in g.mtp.values()),
+        params_mtp=sum(part.weight_params() for m in g.mtp for part in m.graphs()),
         params_embedding=emb,
         kv_bytes_per_token=kv,
         num_layers=dict(g.layer_counts),
         weight_bytes=wbytes,
-        weight_bytes_mtp=sum(m.weight_bytes() for m in g.mtp.values()),
+        weight_bytes_mtp=sum(part.weight_bytes() for m in g.mtp for part in m.graphs()),
     )
 
 

@@ -1,56 +1,54 @@
 """Op kinds and their cost formulas: FLOPs (or SIMD element operations), bytes read and written.
 
-Weights are counted separately (`Op.weight_bytes`), because whether they come from HBM each time
-is a property of the mapping, not of the math.
+One table (`COSTS`) gives each kind its cost class and its three formulas, so a new kind is one
+row. Weights are counted separately (`Op.weight_bytes`), because whether they come from HBM each
+time is a property of the mapping, not of the math.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
-from rdusim.ir.graph import CostClass, Op, Workload
+from rdusim.ir.attrs import (
+    AttentionAttrs,
+    Dim,
+    ElementwiseAttrs,
+    GemmAttrs,
+    OpAttrs,
+    OpKind,
+    PoolAttrs,
+    SortAttrs,
+    TopkAttrs,
+    window_of,
+)
+from rdusim.ir.graph import CostClass, Graph, Op, Workload
 
-if TYPE_CHECKING:
-    from rdusim.ir.graph import Graph
-
-OP_KINDS: dict[str, CostClass] = {
-    "gemm": CostClass.SYSTOLIC,
-    "attention": CostClass.ATTENTION,
-    "norm": CostClass.SIMD,
-    "elementwise": CostClass.SIMD,
-    "rope": CostClass.SIMD,
-    "softmax": CostClass.SIMD,
-    "reduce": CostClass.SIMD,
-    "pool": CostClass.SIMD,
-    "topk": CostClass.SIMD,
-    "router": CostClass.SIMD,
-    "sort": CostClass.SIMD,
-    "gather": CostClass.MEMORY,
-    "scatter": CostClass.MEMORY,
-    "concat": CostClass.MEMORY,
-    "embed": CostClass.MEMORY,
-}
+Env = dict[str, int]
+CostFormula = Callable[[Op, Graph, Env], float]
+A = TypeVar("A", bound=OpAttrs)
 
 # SIMD element operations per element, by kind (multiply-adds count as two, like GEMM FLOPs).
-SIMD_OPS_PER_ELEMENT = {
-    "norm": 4.0,  # square, accumulate, rsqrt-scale, weight multiply
-    "elementwise": 1.0,
-    "rope": 6.0,  # rotate pairs: 4 multiplies + 2 adds
-    "softmax": 5.0,  # max, subtract, exp, sum, divide
-    "reduce": 1.0,
-    "router": 8.0,  # sigmoid, bias add, group scores, selection, normalisation
+SIMD_OPS_PER_ELEMENT: dict[OpKind, float] = {
+    OpKind.NORM: 4.0,  # square, accumulate, rsqrt-scale, weight multiply
+    OpKind.ELEMENTWISE: 1.0,
+    OpKind.ROPE: 6.0,  # rotate pairs: 4 multiplies + 2 adds
+    OpKind.SOFTMAX: 5.0,  # max, subtract, exp, sum, divide
+    OpKind.REDUCE: 1.0,
+    OpKind.ROUTER: 8.0,  # sigmoid, bias add, group scores, selection, normalisation
 }
 
 
-def cost_class_of(op: Op) -> CostClass:
-    try:
-        return OP_KINDS[op.kind]
-    except KeyError:
-        raise ValueError(f"op {op.name} has unknown kind {op.kind!r}") from None
+def attrs_as(op: Op, cls: type[A]) -> A:
+    """`op.attrs` as its kind's attribute class (a formula is only ever given its own kind)."""
+    if not isinstance(op.attrs, cls):
+        raise TypeError(f"op {op.name} ({op.kind}) has no {cls.__name__}")
+    return op.attrs
 
 
-def _dims(dims: tuple, env: dict[str, int]) -> float:
+def _dims(dims: tuple[Dim, ...], env: Env) -> int:
     return math.prod(env[d] if isinstance(d, str) else d for d in dims)
 
 
@@ -69,51 +67,119 @@ def attention_pairs(s: int, t: int, causal: bool, window: int | None = None) -> 
     return float(s * (t if window is None else min(t, window)))
 
 
-def _windowed(op: Op, env: dict[str, int]) -> dict[str, int]:
-    """The shape symbols an op's reads see: a sliding window (`window`) caps the key positions
-    T at W."""
-    window = op.attrs.get("window")
+def _windowed(op: Op, env: Env) -> Env:
+    """The shape symbols an op's reads see: a sliding window caps the key positions T at W."""
+    window = window_of(op.attrs)
     return env if window is None else {**env, "T": min(env["T"], window)}
+
+
+def _first_input_elements(op: Op, graph: Graph, env: Env) -> float:
+    return graph.tensors[op.inputs[0]].numel(env)
+
+
+# FLOPs by kind ----------------------------------------------------------------------------------
+
+
+def _gemm_flops(op: Op, graph: Graph, env: Env) -> float:
+    a = attrs_as(op, GemmAttrs)
+    n = a.n * _dims(a.n_dims, env)
+    return 2.0 * _dims(a.m, env) * a.k * n * a.count
+
+
+def _attention_flops(op: Op, graph: Graph, env: Env) -> float:
+    a = attrs_as(op, AttentionAttrs)
+    pairs = attention_pairs(env["S"], env["T"], a.causal, a.window)
+    return 2.0 * env["B"] * a.heads * pairs * (a.qk_dim + a.v_dim)
+
+
+def _simd_flops(op: Op, graph: Graph, env: Env) -> float:
+    scale = op.attrs.ops_scale if isinstance(op.attrs, ElementwiseAttrs) else 1.0
+    return SIMD_OPS_PER_ELEMENT[op.kind] * _first_input_elements(op, graph, env) * scale
+
+
+def _pool_flops(op: Op, graph: Graph, env: Env) -> float:
+    return _first_input_elements(op, graph, env) * attrs_as(op, PoolAttrs).kernel
+
+
+def _selection_flops(op: Op, graph: Graph, env: Env) -> float:
+    """A bitonic-style selection over n candidates per row: n * log2(n) compare-exchanges."""
+    a = op.attrs
+    if not isinstance(a, TopkAttrs | SortAttrs):
+        raise TypeError(f"op {op.name} ({op.kind}) is not a selection")
+    n = a.n if isinstance(a.n, int) else env[a.n]
+    return _first_input_elements(op, graph, env) * max(1.0, math.log2(max(n, 2)))
+
+
+def _no_flops(op: Op, graph: Graph, env: Env) -> float:
+    return 0.0  # data movement only
+
+
+# bytes, the same rule for every kind -------------------------------------------------------------
+
+
+def _read_bytes(op: Op, graph: Graph, env: Env) -> float:
+    """The explicit read if the op has one (within its window), else its input tensors."""
+    read = op.read
+    if read is not None:
+        return _dims(read.shape, _windowed(op, env)) * read.dtype_bytes
+    return sum(graph.tensors[t].nbytes(env) for t in op.inputs)
+
+
+def _written_bytes(op: Op, graph: Graph, env: Env) -> float:
+    """The explicit write if the op has one, else its output tensors."""
+    write = op.write
+    if write is not None:
+        return _dims(write.shape, env) * write.dtype_bytes
+    return sum(graph.tensors[t].nbytes(env) for t in op.outputs)
+
+
+@dataclass(frozen=True)
+class KindCosts:
+    """A kind's cost class and its formulas, each of (op, graph, shape symbols)."""
+
+    cost_class: CostClass
+    flops: CostFormula
+    bytes_read: CostFormula = _read_bytes
+    bytes_written: CostFormula = _written_bytes
+
+
+COSTS: dict[OpKind, KindCosts] = {
+    OpKind.GEMM: KindCosts(CostClass.SYSTOLIC, _gemm_flops),
+    OpKind.ATTENTION: KindCosts(CostClass.ATTENTION, _attention_flops),
+    OpKind.NORM: KindCosts(CostClass.SIMD, _simd_flops),
+    OpKind.ELEMENTWISE: KindCosts(CostClass.SIMD, _simd_flops),
+    OpKind.ROPE: KindCosts(CostClass.SIMD, _simd_flops),
+    OpKind.SOFTMAX: KindCosts(CostClass.SIMD, _simd_flops),
+    OpKind.REDUCE: KindCosts(CostClass.SIMD, _simd_flops),
+    OpKind.POOL: KindCosts(CostClass.SIMD, _pool_flops),
+    OpKind.TOPK: KindCosts(CostClass.SIMD, _selection_flops),
+    OpKind.ROUTER: KindCosts(CostClass.SIMD, _simd_flops),
+    OpKind.SORT: KindCosts(CostClass.SIMD, _selection_flops),
+    OpKind.GATHER: KindCosts(CostClass.MEMORY, _no_flops),
+    OpKind.SCATTER: KindCosts(CostClass.MEMORY, _no_flops),
+    OpKind.CONCAT: KindCosts(CostClass.MEMORY, _no_flops),
+    OpKind.EMBED: KindCosts(CostClass.MEMORY, _no_flops),
+}
+
+OP_KINDS: dict[OpKind, CostClass] = {kind: c.cost_class for kind, c in COSTS.items()}
+
+
+def cost_class_of(op: Op) -> CostClass:
+    return COSTS[op.kind].cost_class
 
 
 def flops(op: Op, graph: Graph, wl: Workload) -> float:
     """Arithmetic of one op: FLOPs for systolic/attention ops, element operations for SIMD ops."""
-    env = wl.env()
-    a = op.attrs
-    kind = op.kind
-    if kind == "gemm":
-        n = a["n"] * _dims(a.get("n_dims", ()), env)
-        return 2.0 * _dims(a["m"], env) * a["k"] * n * a.get("count", 1)
-    if kind == "attention":
-        pairs = attention_pairs(env["S"], env["T"], a.get("causal", True), a.get("window"))
-        return 2.0 * env["B"] * a["heads"] * pairs * (a["qk_dim"] + a["v_dim"])
-    if kind in SIMD_OPS_PER_ELEMENT:
-        elements = graph.tensors[op.inputs[0]].numel(env)
-        return SIMD_OPS_PER_ELEMENT[kind] * elements * a.get("ops_scale", 1.0)
-    if kind == "pool":
-        return graph.tensors[op.inputs[0]].numel(env) * a["kernel"]
-    if kind in ("topk", "sort"):
-        # a bitonic-style selection over n candidates per row: n * log2(n) compare-exchanges
-        elements = graph.tensors[op.inputs[0]].numel(env)
-        n = a["n"] if isinstance(a["n"], int) else env[a["n"]]
-        return elements * max(1.0, math.log2(max(n, 2)))
-    return 0.0  # data movement only
+    return COSTS[op.kind].flops(op, graph, wl.env())
 
 
 def bytes_read(op: Op, graph: Graph, wl: Workload) -> float:
     """Activation and cache bytes an op reads (weights excluded)."""
-    env = wl.env()
-    if "read_shape" in op.attrs:
-        shape = op.attrs["read_shape"]
-        return _dims(shape, _windowed(op, env)) * op.attrs.get("read_dtype_bytes", 2.0)
-    return sum(graph.tensors[t].nbytes(env) for t in op.inputs)
+    return COSTS[op.kind].bytes_read(op, graph, wl.env())
 
 
 def bytes_written(op: Op, graph: Graph, wl: Workload) -> float:
-    env = wl.env()
-    if "write_shape" in op.attrs:
-        return _dims(op.attrs["write_shape"], env) * op.attrs.get("write_dtype_bytes", 2.0)
-    return sum(graph.tensors[t].nbytes(env) for t in op.outputs)
+    return COSTS[op.kind].bytes_written(op, graph, wl.env())
 
 
 def op_table(graph: Graph, wl: Workload) -> list[dict[str, float | str]]:
@@ -123,7 +189,7 @@ def op_table(graph: Graph, wl: Workload) -> list[dict[str, float | str]]:
         rows.append(
             {
                 "op": op.name,
-                "kind": op.kind,
+                "kind": op.kind.value,
                 "class": op.cost_class.value,
                 "flops": flops(op, graph, wl),
                 "bytes_read": bytes_read(op, graph, wl),

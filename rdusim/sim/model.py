@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rdusim.compiler.program import Kernel, LayerProgram, Program
+from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, Program
 from rdusim.sim.kernel import KernelTiming, time_kernel
 from rdusim.spec.hardware import Hardware
 
@@ -23,6 +23,8 @@ class LayerResult:
     runs: int  # executions of each layer per prompt / step
     looped: bool
     kernels: list[KernelTiming]
+    role: ExtraRole | None = None  # an extra's role (`LayerProgram.role`); a decoder layer: None
+    module: int | None = None  # the MTP module an MTP part belongs to
 
     @property
     def executions(self) -> int:
@@ -105,10 +107,10 @@ class _KernelTimer:
 
 def _time_layer(lp: LayerProgram, timer: _KernelTimer) -> LayerResult:
     if lp.runs == 0:  # deployed but not run (an MTP module in a `scaled` step)
-        return LayerResult(lp.kind, lp.count, 0, lp.looped, [])
+        return LayerResult(lp.kind, lp.count, 0, lp.looped, [], lp.role, lp.module)
     looped = lp.count if lp.looped else 1
     kernels = [timer(k, looped) for k in lp.kernels]
-    return LayerResult(lp.kind, lp.count, lp.runs, lp.looped, kernels)
+    return LayerResult(lp.kind, lp.count, lp.runs, lp.looped, kernels, lp.role, lp.module)
 
 
 def simulate(program: Program, hw: Hardware, *, trace: bool = False, sockets: int = 1) -> SimResult:

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rdusim.compiler.program import ExtraRole
 from rdusim.sim.engine import Slice
 from rdusim.sim.kernel import KernelTiming
 from rdusim.sim.model import LayerResult, SimResult
@@ -44,11 +45,18 @@ _TID_LAYERS, _TID_KERNELS, _TID_HBM, _TID_P2P, _TID_FIRST_OP = 0, 1, 2, 3, 10
 _RESOURCE_TIDS = {"HBM": _TID_HBM, "P2P": _TID_P2P}
 
 
+def _extra(result: SimResult, role: ExtraRole, module: int | None = None) -> LayerResult | None:
+    """The extra with `role` (and MTP `module`), if the run has it."""
+    return next(
+        (lr for lr in result.extras.values() if lr.role == role and lr.module == module), None
+    )
+
+
 def _execution_order(result: SimResult) -> list[LayerResult]:
     """Embedding, one layer of each kind (program order), then the other extras."""
-    extras = result.extras
-    first = [extras["embedding"]] if "embedding" in extras else []
-    rest = [lr for name, lr in extras.items() if name != "embedding"]
+    extras = result.extras.values()
+    first = [lr for lr in extras if lr.role == ExtraRole.EMBEDDING]
+    rest = [lr for lr in extras if lr.role != ExtraRole.EMBEDDING]
     return [*first, *result.layers.values(), *rest]
 
 
@@ -296,18 +304,24 @@ class _Sequencer:
 def _every_execution(result: SimResult, layer_order: Sequence[str], detailed: int) -> list[_Run]:
     """Embedding, each layer in `layer_order`, head, then per MTP draft: its embedding, the
     module that drafts it (draft j: module j mod modules), its head."""
-    extras = result.extras
     seq = _Sequencer(result, detailed)
-    seq.add(extras.get("embedding"), "embedding")
+    seq.add(_extra(result, ExtraRole.EMBEDDING), "embedding")
     for index, kind in enumerate(layer_order):
         seq.add(result.layers[kind], f"layer {index} ({kind})", index=index)
-    seq.add(extras.get("head"), "head")
-    modules = sum(1 for name in extras if name.startswith("mtp") and name.endswith("_proj"))
-    drafts = extras["mtp_embedding"].executions if "mtp_embedding" in extras else 0
+    seq.add(_extra(result, ExtraRole.HEAD), "head")
+    modules = sum(1 for lr in result.extras.values() if lr.role == ExtraRole.MTP_PROJECTION)
+    embedding = _extra(result, ExtraRole.MTP_EMBEDDING)
+    drafts = embedding.executions if embedding is not None else 0
     for j in range(drafts if modules else 0):
         m = j % modules
-        for name in ("mtp_embedding", f"mtp{m}_proj", f"mtp{m}_layer", "mtp_head"):
-            seq.add(extras.get(name), f"{name} (draft {j + 1})", draft=j + 1)
+        for part in (
+            embedding,
+            _extra(result, ExtraRole.MTP_PROJECTION, m),
+            _extra(result, ExtraRole.MTP_LAYER, m),
+            _extra(result, ExtraRole.MTP_HEAD),
+        ):
+            if part is not None:
+                seq.add(part, f"{part.kind} (draft {j + 1})", draft=j + 1)
     seq.leftovers(result)
     return seq.runs
 

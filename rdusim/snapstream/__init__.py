@@ -1,7 +1,7 @@
 """SnapStream: SnapKV compression at prefill + a StreamingLLM ring buffer at decode.
 
-`rdusim.snapstream` is the numpy reference (static shapes throughout); `kernels` adds its ops to
-the IR and `onchip` sizes the decode cache update both ways.
+`rdusim.snapstream` is the numpy reference (static shapes throughout) and `onchip` sizes the
+decode cache update both ways; its ops in the IR are `rdusim.ir.builders.snapstream`'s.
 """
 
 from rdusim.snapstream.config import SnapStreamConfig

@@ -12,19 +12,20 @@ from hypothesis import strategies as st
 from rdusim.compiler.allocate import allocate, efficiency
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Kernel, OpPlan
+from rdusim.ir.graph import CostClass, OpKind
 from rdusim.spec.hardware import load_hardware
 from rdusim.spec.mapping import load_mapping
 
 MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
 HW = load_hardware("sn40l-16")
-CLASSES = ("systolic", "attention", "simd", "memory")
+CLASSES = tuple(CostClass)
 
 
 def plan(name: str, flops: float, cost_class: str = "systolic", sram: float = 1e6) -> OpPlan:
     return OpPlan(
         name=name,
-        kind="gemm",
-        cost_class=cost_class,
+        kind=OpKind.GEMM,
+        cost_class=CostClass(cost_class),
         strategy="tp",
         degree=16,
         flops=flops,
@@ -39,10 +40,10 @@ def plan(name: str, flops: float, cost_class: str = "systolic", sram: float = 1e
 
 def test_efficiency_by_cost_class():
     cal = HW.calibration
-    assert efficiency(HW, "systolic") == cal.gemm_efficiency
-    assert efficiency(HW, "attention") == cal.attention_efficiency
-    assert efficiency(HW, "simd") == cal.simd_efficiency
-    assert efficiency(HW, "memory") == 1.0
+    assert efficiency(HW, CostClass.SYSTOLIC) == cal.gemm_efficiency
+    assert efficiency(HW, CostClass.ATTENTION) == cal.attention_efficiency
+    assert efficiency(HW, CostClass.SIMD) == cal.simd_efficiency
+    assert efficiency(HW, CostClass.MEMORY) == 1.0
     for c in CLASSES:
         assert efficiency(HW, c) == cal.efficiency(c)
 

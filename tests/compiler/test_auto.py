@@ -15,6 +15,7 @@ from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.fusion import fuse
 from rdusim.errors import SpecError
 from rdusim.ir.builders import deepseek
+from rdusim.ir.graph import Phase
 from rdusim.spec.hardware import load_hardware
 from rdusim.spec.mapping import Sharding, load_mapping
 
@@ -53,7 +54,7 @@ def auto_mappings(tmp_path_factory) -> dict[str, Path]:
 
 def test_prefill_attention_gets_its_own_kernel(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    specs = auto_kernels(g, "prefill", 16, lambda ops: 0.0, HW.socket.sram_bytes)
+    specs = auto_kernels(g, Phase.PREFILL, 16, lambda ops: 0.0, HW.socket.sram_bytes)
     assert [s.ops for s in specs][1] == ["attention"]
     assert specs[1].tiling.kv_block == 8192
     assert len(specs) == 3  # everything else fuses when SRAM is free
@@ -64,7 +65,7 @@ def test_prefill_attention_gets_its_own_kernel(r1):
 
 def test_decode_attention_is_data_parallel(r1):
     g = deepseek.build_layer(r1, "moe", "decode")
-    (spec,) = auto_kernels(g, "decode", 16, lambda ops: 0.0, HW.socket.sram_bytes)
+    (spec,) = auto_kernels(g, Phase.DECODE, 16, lambda ops: 0.0, HW.socket.sram_bytes)
     assert spec.ops == g.order()
     assert spec.overrides == {"attention": Sharding(dp=16)}
     assert spec.tiling.kv_block is None
@@ -73,11 +74,11 @@ def test_decode_attention_is_data_parallel(r1):
 def test_kernels_close_at_the_sram_budget(r1):
     g = deepseek.build_layer(r1, "moe", "decode")
     per_op = 0.24 * SRAM_BUDGET_FRACTION * HW.socket.sram_bytes  # four ops fill the budget
-    specs = auto_kernels(g, "decode", 16, lambda ops: per_op * len(ops), HW.socket.sram_bytes)
+    specs = auto_kernels(g, Phase.DECODE, 16, lambda ops: per_op * len(ops), HW.socket.sram_bytes)
     assert [len(s.ops) for s in specs[:-1]] == [4] * (len(specs) - 1)
     assert [n for s in specs for n in s.ops] == g.order()
     # an op over budget on its own still gets a kernel (the SRAM check reports it later)
-    specs = auto_kernels(g, "decode", 16, lambda ops: float("inf"), HW.socket.sram_bytes)
+    specs = auto_kernels(g, Phase.DECODE, 16, lambda ops: float("inf"), HW.socket.sram_bytes)
     assert [s.ops for s in specs] == [[n] for n in g.order()]
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdusim.compiler.collectives import CollectiveKind
 from rdusim.compiler.compile import (
     CompileContext,
     _plan_looped,
@@ -21,10 +22,10 @@ from rdusim.compiler.compile import (
     workload_for,
 )
 from rdusim.compiler.fusion import fuse
-from rdusim.compiler.program import Kernel, LayerProgram, OpPlan
+from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, Layout, OpPlan
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
-from rdusim.ir.graph import Graph, TPMode, Workload
+from rdusim.ir.graph import CostClass, Graph, OpKind, Phase, TPMode, Workload
 from rdusim.ir.model import build_model
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.hardware import Hardware, load_hardware
@@ -47,18 +48,19 @@ def hardware() -> Hardware:
 
 
 @cache
-def case(label: str, batch: int = 16, verified: int = 1) -> tuple[Graph, str, Workload, str]:
+def case(label: str, batch: int = 16, verified: int = 1) -> tuple[Graph, str, Workload, Phase]:
     """(graph, layer kind, workload, phase) of one layer under test."""
-    model, kind, phase = label.split(":")
+    model, kind, phase_name = label.split(":")
+    phase = Phase(phase_name)
     cfg = load_model_config(REPO / "models" / f"{model}.yaml")
-    ss = SS if phase == "prefill" else None
+    ss = SS if phase == Phase.PREFILL else None
     graph = build_model(cfg, phase, ss).layers[kind]
-    if phase == "prefill":
+    if phase == Phase.PREFILL:
         return graph, kind, workload_for(phase, 1, 4096, ss), phase
     return graph, kind, workload_for(phase, batch, 8192, ss, verified), phase
 
 
-def context(phase: str) -> CompileContext:
+def context(phase: Phase) -> CompileContext:
     return CompileContext(hardware(), phase, R1_TILE_ROWS)
 
 
@@ -92,7 +94,7 @@ def fusions(draw: st.DrawFn) -> tuple[tuple[str, int, int], list[KernelSpec]]:
     for i, ops in enumerate(groups):
         sharding = Sharding(**draw(st.sampled_from(TP_CHOICES)))
         overrides = {}
-        if phase == "decode" and "attention" in ops:
+        if phase == Phase.DECODE and "attention" in ops:
             dp = draw(st.sampled_from((None, 4, 8, 16)))
             if dp:
                 overrides["attention"] = Sharding(dp=dp)
@@ -100,13 +102,13 @@ def fusions(draw: st.DrawFn) -> tuple[tuple[str, int, int], list[KernelSpec]]:
     return (label, batch, verified), kernels
 
 
-def split_factor(plan, op, phase: str) -> int:
+def split_factor(plan, op, phase: Phase) -> int:
     """Sockets sharing an op's work, per the sharding pass's documented semantics: tp/dp divide
     it by the degree and split-KV by its split too, except that token-wise ops under tp in
     decode are replicated."""
     if plan.strategy == "replicate":
         return 1
-    if plan.strategy == "tp" and op.tp_mode == TPMode.TOKEN and phase == "decode":
+    if plan.strategy == "tp" and op.tp_mode == TPMode.TOKEN and phase == Phase.DECODE:
         return 1
     return plan.degree * plan.seq_split
 
@@ -157,29 +159,29 @@ def test_random_fusions_conserve_ops_flops_and_weights(drawn):
 
 
 def test_workload_for_prefill_and_decode():
-    assert workload_for("prefill", 1, 4096, None) == Workload(1, 4096, 4096, 0)
+    assert workload_for(Phase.PREFILL, 1, 4096, None) == Workload(1, 4096, 4096, 0)
     # SnapStream prefill: eviction candidates are the prompt minus sink and recent window
-    assert workload_for("prefill", 2, 4096, SS) == Workload(2, 4096, 4096, 4096 - 128 - 448)
-    assert workload_for("decode", 64, 131072, None) == Workload(64, 1, 131072)
+    assert workload_for(Phase.PREFILL, 2, 4096, SS) == Workload(2, 4096, 4096, 4096 - 128 - 448)
+    assert workload_for(Phase.DECODE, 64, 131072, None) == Workload(64, 1, 131072)
     # SnapStream decode attends to the fixed-size compressed cache
-    assert workload_for("decode", 64, 131072, SS) == Workload(64, 1, SS.slots)
+    assert workload_for(Phase.DECODE, 64, 131072, SS) == Workload(64, 1, SS.slots)
     # with k MTP drafts the main model verifies k + 1 tokens per sequence
-    assert workload_for("decode", 64, 131072, SS, verified=3) == Workload(64, 3, SS.slots)
-    assert workload_for("decode", 64, 131072, SS, verified=3).tokens == 192
+    assert workload_for(Phase.DECODE, 64, 131072, SS, verified=3) == Workload(64, 3, SS.slots)
+    assert workload_for(Phase.DECODE, 64, 131072, SS, verified=3).tokens == 192
 
 
 def _reading(name: str, nbytes: float) -> OpPlan:
-    return OpPlan(name, "gemm", "systolic", "tp", 16, 0.0, nbytes, 0.0, 0.0, 0.0, 0.0)
+    return OpPlan(name, OpKind.GEMM, CostClass.SYSTOLIC, "tp", 16, 0.0, nbytes, 0.0, 0.0, 0.0, 0.0)
 
 
 def test_tiles_prefill_streams_token_tiles_decode_streams_pmu_chunks():
     k = KernelSpec(name="k", ops=["x"])
-    prefill = CompileContext(hardware(), "prefill", 2048)
+    prefill = CompileContext(hardware(), Phase.PREFILL, 2048)
     assert _tiles(k, [], Workload(1, 8192, 8192), prefill) == (4, 2048)
     assert _tiles(k, [], Workload(1, 100, 100), prefill) == (1, 2048)
     k2 = KernelSpec(name="k", ops=["x"], tiling=Tiling(tile_tokens=1000))
     assert _tiles(k2, [], Workload(1, 8192, 8192), prefill) == (9, 1000)
-    decode = CompileContext(hardware(), "decode", 2048)
+    decode = CompileContext(hardware(), Phase.DECODE, 2048)
     # small ops: at least 64 steps
     assert _tiles(k, [_reading("a", 1e6)], Workload(32, 1, 8192), decode) == (64, 32)
     assert _tiles(k, [_reading("a", 1e6)], Workload(32, 3, 8192), decode) == (64, 96)
@@ -238,7 +240,7 @@ def test_prefill_kernels_stream_hardware_sized_tiles(mapping, hidden):
 
 def test_kernel_tile_tokens_never_exceed_the_tokens():
     graph, kind, _, phase = case("llama-3.1-8b:dense:prefill")
-    wl = workload_for("prefill", 1, 1024, SS)
+    wl = workload_for(Phase.PREFILL, 1, 1024, SS)
     fused = fuse(graph, [KernelSpec(name="all", ops=["*"], sharding=Sharding(tp=16))], kind)
     ctx = CompileContext(hardware(), phase, 2048)
     (k,) = build_kernels(graph, fused, kind, wl, ctx)
@@ -292,6 +294,37 @@ def test_decode_program_verifies_the_mtp_drafts():
     # the MTP module's decoder layer is mapped like the MoE layers
     assert [k.name for k in prog.extras["mtp0_layer"].kernels] == ["MLA", "FFN"]
     assert all(lp.runs == 1 for lp in prog.layers.values())
+
+
+def test_extras_carry_their_roles_not_just_names():
+    """Compile, simulation and trace find the extras by role (and MTP module), never by name."""
+    rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["batch=16", "seq_len=8192"])
+    prog = compile_mapping(rm)
+    roles = {name: (lp.role, lp.module) for name, lp in prog.extras.items()}
+    assert roles == {
+        "embedding": (ExtraRole.EMBEDDING, None),
+        "head": (ExtraRole.HEAD, None),
+        "mtp0_proj": (ExtraRole.MTP_PROJECTION, 0),
+        "mtp0_layer": (ExtraRole.MTP_LAYER, 0),
+        "mtp_embedding": (ExtraRole.MTP_EMBEDDING, None),
+        "mtp_head": (ExtraRole.MTP_HEAD, None),
+    }
+    assert all(lp.role is None for lp in prog.layers.values())
+    assert prog.extra(ExtraRole.MTP_LAYER, 0) is prog.extras["mtp0_layer"]
+    assert prog.extra(ExtraRole.MTP_LAYER, 1) is None
+
+
+def test_a_program_speaks_in_enums():
+    """Phases, op kinds, cost classes, layouts and collectives are enums (which compare equal
+    to, and serialise as, their names)."""
+    prog = compile_mapping(load_mapping(MAPPINGS / "r1_decode.yaml", ["batch=16"]))
+    assert prog.phase is Phase.DECODE and prog.phase == "decode"
+    plans = [p for lp in prog.all_layers() for k in lp.kernels for p in k.ops]
+    assert all(isinstance(p.kind, OpKind) and isinstance(p.cost_class, CostClass) for p in plans)
+    assert all(isinstance(p.out_layout, Layout) for p in plans)
+    assert all(isinstance(lay, Layout) for p in plans for lay in p.in_layouts)
+    collectives = [c for lp in prog.all_layers() for k in lp.kernels for c in k.collectives]
+    assert collectives and all(isinstance(c.kind, CollectiveKind) for c in collectives)
 
 
 def test_scaled_mtp_deploys_the_module_without_running_it():
@@ -362,7 +395,7 @@ def test_kernel_looping_runs_a_one_kernel_layer_as_one_call():
 
 def test_a_looped_kernel_prefetches_only_what_fits():
     def kernel(sram: float) -> Kernel:
-        p = OpPlan("w", "gemm", "systolic", "tp", 16, 1.0, 0.0, 0.0, 30e6, 0.0, 0.0)
+        p = OpPlan("w", OpKind.GEMM, CostClass.SYSTOLIC, "tp", 16, 1.0, 0.0, 0.0, 30e6, 0.0, 0.0)
         return Kernel("k", [p], sram_bytes=sram)
 
     room = hardware().socket.sram_bytes

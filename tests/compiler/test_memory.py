@@ -19,7 +19,7 @@ from rdusim.compiler.memory import (
 from rdusim.compiler.program import HBMPlan, LayerProgram
 from rdusim.errors import SpecError
 from rdusim.ir.builders import deepseek, llama
-from rdusim.ir.graph import Workload
+from rdusim.ir.graph import Phase, Workload
 from rdusim.serving.capacity import max_batch
 from rdusim.spec.hardware import load_hardware
 from rdusim.spec.mapping import KernelSpec, Sharding, Tiling, load_mapping
@@ -141,7 +141,7 @@ def layer_program(graph, kind, phase, wl, overrides=None):
 
 
 def test_kv_share_by_attention_split(r1, llama8b):
-    wl = workload_for("decode", 20, 8192, None)
+    wl = workload_for(Phase.DECODE, 20, 8192, None)
     g = deepseek.build_layer(r1, "moe", "decode")
     # DP: a socket keeps its own sequences (uneven batches round up)
     assert (
@@ -154,7 +154,7 @@ def test_kv_share_by_attention_split(r1, llama8b):
     assert llama8b.num_key_value_heads == 8
     assert kv_share(layer_program(gl, "dense", "decode", wl), 16, wl) == 1 / 8
     # split-KV: one sequence spread over 16 sockets, or 4 groups of 4 sockets
-    one = workload_for("decode", 1, 8192, None)
+    one = workload_for(Phase.DECODE, 1, 8192, None)
     assert kv_share(layer_program(g, "moe", "decode", one, {"attention": {"dp": 16}}), 16, one) == (
         1 / 16
     )
@@ -196,8 +196,8 @@ def mha_kernel(r1, kv_block=None, tile_tokens=None):
         spec,
         KernelSpec(name="B", ops=rest[cut:], sharding=Sharding(tp=16)),
     ]
-    wl = workload_for("prefill", 1, 32768, None)
-    ctx = CompileContext(HW, "prefill", TILE_TOKENS)
+    wl = workload_for(Phase.PREFILL, 1, 32768, None)
+    ctx = CompileContext(HW, Phase.PREFILL, TILE_TOKENS)
     return build_kernels(g, fuse(g, specs, "moe"), "moe", wl, ctx, check=False)[1]
 
 

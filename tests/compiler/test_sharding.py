@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 from rdusim.compiler.collectives import Topology
 from rdusim.compiler.compile import CompileContext, build_kernels, compile_mapping, workload_for
 from rdusim.compiler.fusion import fuse
+from rdusim.compiler.program import Layout
 from rdusim.compiler.sharding import ShardContext, cache_share, resolve_sharding, shard
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
 from rdusim.ir.builders import deepseek, llama
-from rdusim.ir.graph import TensorKind
+from rdusim.ir.graph import Phase, TensorKind
 from rdusim.spec.hardware import load_hardware
 from rdusim.spec.mapping import KernelSpec, Sharding, load_mapping
 
@@ -71,10 +72,10 @@ def r1_decode_moe(r1):
 @pytest.mark.parametrize("topology", list(Topology))
 def test_row_parallel_o_proj_then_token_op_prefill_reduce_scatters(r1, topology):
     g = deepseek.build_layer(r1, "dense", "prefill")
-    wl = workload_for("prefill", 1, 4096, None)
+    wl = workload_for(Phase.PREFILL, 1, 4096, None)
     layer = run(g, "dense", wl, True, topology=topology)
     (out,) = g.ops["o_proj"].outputs
-    assert layer.layouts[out] == "P"
+    assert layer.layouts[out] == Layout.P
     (c,) = collectives_of(layer, out)
     assert (c.kind, c.src, c.dst) == ("reduce-scatter", "o_proj", "attn_residual")
     # each socket sends the 15 slices of its addend that other sockets own
@@ -82,13 +83,13 @@ def test_row_parallel_o_proj_then_token_op_prefill_reduce_scatters(r1, topology)
     assert c.bytes == pytest.approx(15 / 16 * n, rel=1e-12)
     assert c.rounds == PHASE_ROUNDS[topology]
     # sequence parallel: the residual stream is split by tokens
-    assert layer.ops["attn_residual"].out_layout == "T"
+    assert layer.ops["attn_residual"].out_layout == Layout.T
 
 
 @pytest.mark.parametrize("topology", list(Topology))
 def test_row_parallel_o_proj_then_token_op_decode_all_reduces(r1, topology):
     g = deepseek.build_layer(r1, "dense", "decode")
-    wl = workload_for("decode", 16, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
     layer = run(g, "dense", wl, False, topology=topology)
     (out,) = g.ops["o_proj"].outputs
     (c,) = collectives_of(layer, out)
@@ -97,35 +98,36 @@ def test_row_parallel_o_proj_then_token_op_decode_all_reduces(r1, topology):
     n = 16 * 7168 * 2
     assert c.bytes == pytest.approx(2 * 15 / 16 * n, rel=1e-12)
     assert c.rounds == 2 * PHASE_ROUNDS[topology]
-    assert layer.ops["attn_residual"].out_layout == "R"
+    assert layer.ops["attn_residual"].out_layout == Layout.R
 
 
 def test_layouts_follow_each_ops_split(llama8b):
     g = llama.build_layer(llama8b, "dense", "prefill")
-    layer = run(g, "dense", workload_for("prefill", 1, 4096, None), True)
+    layer = run(g, "dense", workload_for(Phase.PREFILL, 1, 4096, None), True)
     ops = layer.ops
-    assert ops["q_proj"].in_layouts == ("R",) and ops["q_proj"].out_layout == "F"  # column
-    assert ops["rope_q"].out_layout == "F"  # local: keeps its input's split
-    assert ops["attention"].out_layout == "F"  # heads
-    assert ops["o_proj"].in_layouts == ("F",) and ops["o_proj"].out_layout == "P"  # row
-    assert ops["ffn_norm"].out_layout == "T"  # token-wise, sequence parallel
-    assert ops["ffn_down_proj"].out_layout == "P"
+    assert ops["q_proj"].in_layouts == (Layout.R,)  # column
+    assert ops["q_proj"].out_layout == Layout.F
+    assert ops["rope_q"].out_layout == Layout.F  # local: keeps its input's split
+    assert ops["attention"].out_layout == Layout.F  # heads
+    assert ops["o_proj"].in_layouts == (Layout.F,) and ops["o_proj"].out_layout == Layout.P  # row
+    assert ops["ffn_norm"].out_layout == Layout.T  # token-wise, sequence parallel
+    assert ops["ffn_down_proj"].out_layout == Layout.P
     # a column GEMM needs whole rows: the sequence-split norm output is gathered first
     (ag,) = collectives_of(layer, g.ops["ffn_norm"].outputs[0])
     assert ag.kind == "all-gather" and ag.dst == "ffn_up_proj"
     # the layer's input arrives as the previous layer left its output (second pass)
     (x,) = [t for t in g.graph_inputs() if g.tensors[t].kind != TensorKind.CACHE]
     outs = [t for t in g.graph_outputs() if g.tensors[t].kind != TensorKind.CACHE]
-    assert [layer.layouts[t] for t in outs] == ["T"]
-    assert layer.layouts[x] == "T"
+    assert [layer.layouts[t] for t in outs] == [Layout.T]
+    assert layer.layouts[x] == Layout.T
 
 
 def test_a_replicated_layer_needs_no_collectives(llama8b):
     g = llama.build_layer(llama8b, "dense", "prefill")
-    wl = workload_for("prefill", 1, 4096, None)
+    wl = workload_for(Phase.PREFILL, 1, 4096, None)
     layer = run(g, "dense", wl, True, sharding={})
     assert layer.collectives == []
-    assert set(layer.layouts.values()) == {"R"}
+    assert set(layer.layouts.values()) == {Layout.R}
     for op in g:
         p = layer.ops[op.name]
         assert (p.strategy, p.degree, p.sharding_label) == ("replicate", 1, "replicate")
@@ -145,8 +147,8 @@ def test_a_collective_runs_in_its_producers_kernel(r1):
         ],
         "dense",
     )
-    wl = workload_for("decode", 16, KV_LEN, None)
-    a, b = build_kernels(g, fused, "dense", wl, CompileContext(HW, "decode", 32))
+    wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
+    a, b = build_kernels(g, fused, "dense", wl, CompileContext(HW, Phase.DECODE, 32))
     assert ("all-reduce", "o_proj") in [(c.kind, c.src) for c in a.collectives]
     assert all(c.src != "o_proj" for c in b.collectives)
 
@@ -159,13 +161,13 @@ def test_a_collective_runs_in_its_producers_kernel(r1):
 def test_decode_token_ops_are_replicated_under_tp(r1_decode_moe, verified):
     # also with several verified tokens per sequence (MTP): decode never splits the sequence
     g = r1_decode_moe
-    wl = workload_for("decode", 16, KV_LEN, None, verified)
+    wl = workload_for(Phase.DECODE, 16, KV_LEN, None, verified)
     assert wl.seq == verified
     layer = run(g, "moe", wl, False)
     norm = layer.ops["attn_norm"]  # token-wise, with a weight
     assert norm.flops == norm.full_flops
     assert norm.weight_bytes == g.ops["attn_norm"].weight_bytes()
-    assert norm.out_layout == "R"
+    assert norm.out_layout == Layout.R
     up = layer.ops["experts_up_proj"]  # column
     assert up.flops == pytest.approx(up.full_flops / 16)
     assert up.weight_bytes == pytest.approx(g.ops["experts_up_proj"].weight_bytes() / 16)
@@ -173,20 +175,20 @@ def test_decode_token_ops_are_replicated_under_tp(r1_decode_moe, verified):
 
 def test_prefill_token_ops_are_sequence_parallel_with_whole_weights(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    layer = run(g, "moe", workload_for("prefill", 1, 4096, None), True)
+    layer = run(g, "moe", workload_for(Phase.PREFILL, 1, 4096, None), True)
     gate = layer.ops["router_gate"]  # a token-wise GEMM: every socket keeps the gate weights
     assert gate.flops == pytest.approx(gate.full_flops / 16)
     assert gate.weight_bytes == g.ops["router_gate"].weight_bytes()
-    assert gate.out_layout == "T"
+    assert gate.out_layout == Layout.T
 
 
 @pytest.mark.parametrize(("batch", "per_socket"), [(32, 2), (20, 2), (16, 1)])
 def test_dp_attention_splits_the_batch_rounding_up(r1_decode_moe, batch, per_socket):
     g = r1_decode_moe
-    wl = workload_for("decode", batch, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, batch, KV_LEN, None)
     layer = run(g, "moe", wl, False, overrides={"attention": {"dp": 16}})
     p = layer.ops["attention"]
-    assert (p.strategy, p.degree, p.seq_split, p.out_layout) == ("dp", 16, 1, "T")
+    assert (p.strategy, p.degree, p.seq_split, p.out_layout) == ("dp", 16, 1, Layout.T)
     assert p.sharding_label == "dp16"
     assert p.flops == pytest.approx(p.full_flops * per_socket / batch)
     assert p.hbm_read == pytest.approx(per_socket * KV_LEN * MLA_CACHE_BYTES, rel=1e-12)
@@ -194,7 +196,7 @@ def test_dp_attention_splits_the_batch_rounding_up(r1_decode_moe, batch, per_soc
 
 def test_ep_splits_routed_experts_over_sockets(r1_decode_moe):
     g = r1_decode_moe
-    wl = workload_for("decode", 16, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
     overrides = {"experts_up_proj": {"ep": 16}, "experts_down_proj": {"ep": 16}}
     layer = run(g, "moe", wl, False, overrides=overrides)
     for name in ("experts_up_proj", "experts_down_proj"):
@@ -242,7 +244,7 @@ DP16 = {"q_absorb": {"dp": 16}, "attention": {"dp": 16}, "v_absorb": {"dp": 16}}
 
 @pytest.mark.parametrize(("batch", "dp", "sp"), SMALL_BATCH + FULL_BATCH)
 def test_small_batch_decode_attention_splits_the_cache(r1_decode_moe, batch, dp, sp):
-    wl = workload_for("decode", batch, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, batch, KV_LEN, None)
     layer = run(r1_decode_moe, "moe", wl, False, overrides=DP16)
     p = layer.ops["attention"]
     assert (p.strategy, p.degree, p.seq_split) == ("dp", dp, sp)
@@ -257,11 +259,11 @@ def test_small_batch_decode_attention_splits_the_cache(r1_decode_moe, batch, dp,
         # every socket holds 1/16 of the batch's cache: batch x kv_len x 1152 bytes / 16
         assert p.hbm_read == pytest.approx(batch * KV_LEN * 1152 / 16, rel=1e-12)
     # split-KV ends with partial results to combine; dp alone with each socket's sequences
-    assert p.out_layout == ("P" if sp > 1 else "T")
+    assert p.out_layout == (Layout.P if sp > 1 else Layout.T)
 
 
 def test_split_kv_partials_are_reduced_for_the_head_split_output(r1_decode_moe):
-    wl = workload_for("decode", 1, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, 1, KV_LEN, None)
     layer = run(r1_decode_moe, "moe", wl, False, overrides=DP16)
     (out,) = r1_decode_moe.ops["attention"].outputs
     (c,) = collectives_of(layer, out)
@@ -274,7 +276,7 @@ def test_split_kv_partials_are_reduced_for_the_head_split_output(r1_decode_moe):
 
 @pytest.mark.parametrize("batch", [1, 2, 4, 8, 15])
 def test_per_head_ops_switch_to_tp_below_the_node(r1_decode_moe, batch):
-    wl = workload_for("decode", batch, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, batch, KV_LEN, None)
     layer = run(r1_decode_moe, "moe", wl, False, overrides=DP16)
     for name in ("q_absorb", "v_absorb"):
         p = layer.ops[name]
@@ -286,7 +288,7 @@ def test_per_head_ops_switch_to_tp_below_the_node(r1_decode_moe, batch):
 
 @pytest.mark.parametrize("batch", [16, 17, 64])
 def test_per_head_ops_stay_data_parallel_from_the_node_size(r1_decode_moe, batch):
-    wl = workload_for("decode", batch, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, batch, KV_LEN, None)
     layer = run(r1_decode_moe, "moe", wl, False, overrides=DP16)
     for name in ("q_absorb", "v_absorb"):
         p = layer.ops[name]
@@ -296,7 +298,7 @@ def test_per_head_ops_stay_data_parallel_from_the_node_size(r1_decode_moe, batch
 
 @pytest.mark.parametrize(("batch", "sequences"), [(16, 4), (2, 1), (1, 1)])
 def test_explicit_dp_with_sp_is_kept(r1_decode_moe, batch, sequences):
-    wl = workload_for("decode", batch, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, batch, KV_LEN, None)
     layer = run(r1_decode_moe, "moe", wl, False, overrides={"attention": {"dp": 4, "sp": 4}})
     p = layer.ops["attention"]
     assert (p.strategy, p.degree, p.seq_split, p.sharding_label) == ("dp", 4, 4, "dp4xsp4")
@@ -304,17 +306,17 @@ def test_explicit_dp_with_sp_is_kept(r1_decode_moe, batch, sequences):
 
 
 def test_pure_sp_splits_every_sequence(r1_decode_moe):
-    wl = workload_for("decode", 16, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
     layer = run(r1_decode_moe, "moe", wl, False, overrides={"attention": {"sp": 16}})
     p = layer.ops["attention"]
-    assert (p.strategy, p.degree, p.sharding_label, p.out_layout) == ("sp", 16, "sp16", "P")
+    assert (p.strategy, p.degree, p.sharding_label, p.out_layout) == ("sp", 16, "sp16", Layout.P)
     assert p.hbm_read == pytest.approx(16 * KV_LEN * MLA_CACHE_BYTES / 16, rel=1e-12)
     assert p.flops == pytest.approx(p.full_flops / 16, rel=1e-12)
 
 
 def test_gqa_decode_attention_splits_the_cache_at_batch_one(llama8b):
     g = llama.build_layer(llama8b, "dense", "decode")
-    wl = workload_for("decode", 1, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, 1, KV_LEN, None)
     layer = run(g, "dense", wl, False, overrides={"attention": {"dp": 16}})
     p = layer.ops["attention"]
     assert (p.strategy, p.degree, p.seq_split) == ("dp", 1, 16)
@@ -325,7 +327,7 @@ def test_gqa_decode_attention_splits_the_cache_at_batch_one(llama8b):
 @settings(max_examples=40, deadline=None)
 @given(batch=st.integers(1, 80))
 def test_dp16_attention_uses_every_socket_and_covers_the_cache(r1_decode_moe, batch):
-    wl = workload_for("decode", batch, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, batch, KV_LEN, None)
     p = run(r1_decode_moe, "moe", wl, False, overrides=DP16).ops["attention"]
     assert p.degree * p.seq_split == 16
     assert p.degree <= batch
@@ -361,7 +363,7 @@ def shard_error(graph, kind, wl, prefill, sharding=None, overrides=None, sockets
 
 def test_tp_that_does_not_divide_the_heads(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    wl = workload_for("prefill", 1, 4096, None)
+    wl = workload_for(Phase.PREFILL, 1, 4096, None)
     err = shard_error(g, "moe", wl, True, overrides={"attention": {"tp": 7}})
     assert "7" in err.problem and "heads" in err.problem and "128" in err.problem
     assert err.key == "kernels.moe[0].overrides.attention.tp"
@@ -370,27 +372,29 @@ def test_tp_that_does_not_divide_the_heads(r1):
 
 def test_degree_beyond_the_node(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
-    err = shard_error(g, "moe", workload_for("prefill", 1, 4096, None), True, sharding={"tp": 32})
+    err = shard_error(
+        g, "moe", workload_for(Phase.PREFILL, 1, 4096, None), True, sharding={"tp": 32}
+    )
     assert "32" in err.problem and "16 sockets" in err.problem
     assert err.key == "kernels.moe[0].sharding.tp"
 
 
 def test_dp_times_sp_beyond_the_node(r1_decode_moe):
-    wl = workload_for("decode", 16, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
     err = shard_error(r1_decode_moe, "moe", wl, False, overrides={"attention": {"dp": 8, "sp": 4}})
     assert "32" in err.problem and "16 sockets" in err.problem
     assert err.key == "kernels.moe[0].overrides.attention.dp"
 
 
 def test_ep_on_an_op_without_experts(r1_decode_moe):
-    wl = workload_for("decode", 16, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
     err = shard_error(r1_decode_moe, "moe", wl, False, sharding={"ep": 16})
     assert "ep" in err.problem and err.key == "kernels.moe[0].sharding.ep"
 
 
 @pytest.mark.parametrize("op", ["o_proj", "q_absorb", "experts_up_proj"])
 def test_sp_on_an_op_without_a_cache(r1_decode_moe, op):
-    wl = workload_for("decode", 16, KV_LEN, None)
+    wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
     err = shard_error(r1_decode_moe, "moe", wl, False, overrides={op: {"sp": 16}})
     assert "sp" in err.problem and op in err.problem
     assert err.key == f"kernels.moe[0].overrides.{op}.sp"
@@ -400,7 +404,7 @@ def test_sp_on_an_op_without_a_cache(r1_decode_moe, op):
 def test_sp_on_prefill_attention_is_refused(r1):
     # prefill attention reads this step's keys, not a cache: there is no cache to split
     g = deepseek.build_layer(r1, "moe", "prefill")
-    wl = workload_for("prefill", 1, 4096, None)
+    wl = workload_for(Phase.PREFILL, 1, 4096, None)
     err = shard_error(g, "moe", wl, True, overrides={"attention": {"sp": 16}})
     assert "attention" in err.problem and err.key == "kernels.moe[0].overrides.attention.sp"
 

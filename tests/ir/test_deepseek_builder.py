@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdusim.ir.attrs import CacheIndex, ScatterAttrs
 from rdusim.ir.builders import deepseek
 from rdusim.ir.graph import CostClass, TensorKind, Workload
-from rdusim.ir.ops import bytes_read, bytes_written, flops
+from rdusim.ir.ops import attrs_as, bytes_read, bytes_written, flops
 from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 
 # DeepSeek-R1 dimensions, written out independently of the spec file
@@ -261,12 +262,12 @@ def test_decode_cache_write_is_one_token(decode):
     wl = Workload(32, 1, 65536)
     op = decode.ops["kv_cache_write"]
     assert bytes_written(op, decode, wl) == 32 * (R + ROPE) * 2
-    assert op.attrs["index"] == "position"
+    assert attrs_as(op, ScatterAttrs).index == CacheIndex.POSITION
 
 
 def test_snapstream_decode_writes_at_the_ring_index(r1):
     g = deepseek.build_layer(r1, "moe", "decode", SS)
-    assert g.ops["kv_cache_write"].attrs["index"] == "ring"
+    assert attrs_as(g.ops["kv_cache_write"], ScatterAttrs).index == CacheIndex.RING
     assert g.order() == DECODE_MOE_OPS  # SnapStream changes the index, not the ops
 
 

@@ -16,10 +16,11 @@ import pytest
 
 from rdusim.api import run_mapping
 from rdusim.ir import families
+from rdusim.ir.attrs import AttentionAttrs, CacheIndex, GemmAttrs, RoutedExperts, ScatterAttrs
 from rdusim.ir.builders import deepseek, gqa
 from rdusim.ir.graph import Workload
 from rdusim.ir.model import build_model, cache_bytes, layer_counts, summarize
-from rdusim.ir.ops import bytes_read, flops
+from rdusim.ir.ops import attrs_as, bytes_read, flops
 from rdusim.spec import model as spec
 from rdusim.spec.model import (
     GQAConfig,
@@ -320,7 +321,8 @@ def test_mixtral_layer_routes_to_two_of_eight_experts(configs, phase):
     g = gqa.build_layer(configs["mixtral-8x7b-v0.1"], "moe", phase)
     assert g.order() == LLAMA_OPS + ROUTED_FFN + EXPERT_OPS + ["ffn_residual"]
     up = g.ops["experts_up_proj"]
-    assert (up.attrs["experts"], up.attrs["slots"], up.attrs["count"]) == (8, 2, 2)
+    assert up.routed == RoutedExperts(experts=8, slots=2)
+    assert attrs_as(up, GemmAttrs).count == 2
     assert up.weights[0].shape == (8, 4096, 2 * 14336)
     assert g.ops["experts_combine"].inputs == ("expert_out",)
     assert "softmax" in g.ops["router_topk"].doc
@@ -334,7 +336,7 @@ def test_qwen2_moe_adds_a_gated_shared_expert(configs):
     assert g.ops["shared_up_proj"].weights[0].shape == (1, 2048, 2 * 5632)
     assert g.ops["shared_gate"].weights[0].shape == (1, 2048, 1)
     assert g.ops["experts_combine"].inputs == ("expert_out", "shared_out", "shared_scale")
-    assert g.ops["experts_down_proj"].attrs["experts"] == 60
+    assert g.ops["experts_down_proj"].routed == RoutedExperts(experts=60, slots=4)
 
 
 def test_expert_ops_speak_r1s_vocabulary(r1, configs):
@@ -344,10 +346,11 @@ def test_expert_ops_speak_r1s_vocabulary(r1, configs):
         g = gqa.build_layer(configs[name], "moe", "decode")
         for op in [*ROUTED_FFN[1:], *EXPERT_OPS]:
             mine, theirs = g.ops[op], r1_moe.ops[op]
-            assert (mine.kind, mine.tp_mode, set(mine.attrs)) == (
+            assert (mine.kind, mine.tp_mode, type(mine.attrs), mine.routed is None) == (
                 theirs.kind,
                 theirs.tp_mode,
-                set(theirs.attrs),
+                type(theirs.attrs),
+                theirs.routed is None,
             ), (name, op)
 
 
@@ -383,14 +386,14 @@ KV_ROW = 2 * 8 * 128 * 2  # Mistral-7B: K and V, 8 KV heads of 128, BF16
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
 def test_mistral_attention_carries_its_window(configs, phase):
     g = gqa.build_layer(configs["mistral-7b-v0.1"], "dense", phase)
-    assert g.ops["attention"].attrs["window"] == 4096
+    assert attrs_as(g.ops["attention"], AttentionAttrs).window == 4096
     plain = gqa.build_layer(configs["mixtral-8x7b-v0.1"], "moe", phase)
-    assert "window" not in plain.ops["attention"].attrs  # sliding_window: null
+    assert attrs_as(plain.ops["attention"], AttentionAttrs).window is None  # sliding_window: null
 
 
 def test_a_windowed_decode_cache_is_a_ring(configs):
     g = gqa.build_layer(configs["mistral-7b-v0.1"], "dense", "decode")
-    assert g.ops["kv_cache_write"].attrs["index"] == "ring"
+    assert attrs_as(g.ops["kv_cache_write"], ScatterAttrs).index == CacheIndex.RING
 
 
 def test_mistral_cache_holds_the_window(configs):

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdusim.ir.attrs import ATTRS_OF, ElementwiseAttrs, GemmAttrs, OpKind
 from rdusim.ir.builders import deepseek, llama
-from rdusim.ir.graph import Graph, Op, Tensor, TensorKind, Workload
+from rdusim.ir.graph import CacheRole, Graph, Op, Tensor, TensorKind, Workload
 from rdusim.ir.ops import OP_KINDS
 from rdusim.snapstream.config import SnapStreamConfig
 
@@ -52,6 +53,16 @@ def test_tensor_numel_and_bytes():
     assert t.kind == TensorKind.ACTIVATION
 
 
+def test_only_a_cache_has_a_role_and_may_be_compressed():
+    assert Tensor("k", ("B", "T", 8), 2.0, TensorKind.CACHE, CacheRole.KEY).role == CacheRole.KEY
+    with pytest.raises(ValueError, match="role"):
+        Tensor("k", ("B", "T", 8), 2.0, TensorKind.CACHE)
+    with pytest.raises(ValueError, match="role"):
+        Tensor("x", ("B", 8), 2.0, role=CacheRole.KEY)
+    with pytest.raises(ValueError, match="compressed"):
+        Tensor("x", ("B", 8), 2.0, compressed=True)
+
+
 def test_symbolic_tensor_needs_a_workload():
     with pytest.raises(ValueError, match="symbolic"):
         Tensor("x", ("B", 4), 2.0).numel()
@@ -88,9 +99,9 @@ def small_graph() -> Graph:
     for name in ("a", "b", "c", "d"):
         g.tensor(Tensor(name, ("B", 4), 2.0))
     w = Tensor("w", (1, 4, 4), 1.0, TensorKind.WEIGHT)
-    g.add(Op("p", "gemm", ("a",), ("b",), (w,), {"m": ("B",), "k": 4, "n": 4}))
-    g.add(Op("q", "elementwise", ("b",), ("c",)))
-    g.add(Op("r", "elementwise", ("a", "c"), ("d",)))
+    g.add(Op("p", OpKind.GEMM, ("a",), ("b",), GemmAttrs(("B",), 4, 4), (w,)))
+    g.add(Op("q", OpKind.ELEMENTWISE, ("b",), ("c",), ElementwiseAttrs()))
+    g.add(Op("r", OpKind.ELEMENTWISE, ("a", "c"), ("d",), ElementwiseAttrs()))
     return g
 
 
@@ -115,19 +126,19 @@ def test_undeclared_tensor_is_refused():
     g = Graph("g")
     g.tensor(Tensor("a", (1,), 2.0))
     with pytest.raises(ValueError, match="undeclared tensor b"):
-        g.add(Op("p", "elementwise", ("a",), ("b",)))
+        g.add(Op("p", OpKind.ELEMENTWISE, ("a",), ("b",), ElementwiseAttrs()))
 
 
 def test_duplicate_op_is_refused():
     g = small_graph()
     with pytest.raises(ValueError, match="defined twice"):
-        g.add(Op("p", "elementwise", ("a",), ("c",)))
+        g.add(Op("p", OpKind.ELEMENTWISE, ("a",), ("c",), ElementwiseAttrs()))
 
 
 def test_two_producers_are_refused():
     g = small_graph()
     with pytest.raises(ValueError, match="produced by both"):
-        g.add(Op("s", "elementwise", ("a",), ("c",)))
+        g.add(Op("s", OpKind.ELEMENTWISE, ("a",), ("c",), ElementwiseAttrs()))
 
 
 def test_tensor_redefinition():
@@ -142,9 +153,9 @@ def test_order_breaks_ties_by_build_order():
     g = Graph("g")
     for name in ("x", "y1", "y2", "y3"):
         g.tensor(Tensor(name, (1,), 2.0))
-    g.add(Op("c", "elementwise", ("x",), ("y3",)))
-    g.add(Op("a", "elementwise", ("x",), ("y1",)))
-    g.add(Op("b", "elementwise", ("x",), ("y2",)))
+    g.add(Op("c", OpKind.ELEMENTWISE, ("x",), ("y3",), ElementwiseAttrs()))
+    g.add(Op("a", OpKind.ELEMENTWISE, ("x",), ("y1",), ElementwiseAttrs()))
+    g.add(Op("b", OpKind.ELEMENTWISE, ("x",), ("y2",), ElementwiseAttrs()))
     assert g.order() == ["c", "a", "b"]
 
 
@@ -187,14 +198,13 @@ def test_every_op_has_a_known_kind_and_cost_class(layers):
             assert op.cost_class == OP_KINDS[op.kind]
 
 
-def test_weights_are_weight_tensors_and_gemms_carry_their_shape(layers):
+def test_weights_are_weight_tensors_and_attrs_fit_the_kind(layers):
     for label, g in layers:
         for op in g.ops.values():
             for w in op.weights:
                 assert w.kind == TensorKind.WEIGHT, (label, op.name)
                 assert all(isinstance(d, int) for d in w.shape)
-            if op.kind == "gemm":
-                assert {"m", "k", "n"} <= set(op.attrs), (label, op.name)
+            assert isinstance(op.attrs, ATTRS_OF[op.kind]), (label, op.name)
 
 
 def _by_kind(g: Graph, names: list[str]) -> dict[TensorKind, list[str]]:
@@ -246,6 +256,9 @@ def test_snapstream_prefill_outputs_the_compressed_cache(r1):
     g = deepseek.build_layer(r1, "moe", "prefill", SS)
     outs = set(g.graph_outputs())
     assert {"compressed_latent", "compressed_rope"} <= outs
-    for name in ("compressed_latent", "compressed_rope"):
-        assert g.tensors[name].kind == TensorKind.CACHE
-        assert g.tensors[name].shape[1] == SS.slots
+    for name, role in (("compressed_latent", CacheRole.LATENT), ("compressed_rope", CacheRole.KEY)):
+        t = g.tensors[name]
+        assert (t.kind, t.role, t.compressed) == (TensorKind.CACHE, role, True)
+        assert t.shape[1] == SS.slots
+    caches = [t for t in g.tensors.values() if t.kind == TensorKind.CACHE]
+    assert {t.name for t in caches if not t.compressed} == {"latent_cache", "rope_cache"}

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdusim.ir.attrs import AttentionAttrs, CacheIndex, ScatterAttrs
 from rdusim.ir.builders import llama
 from rdusim.ir.graph import TensorKind, Workload
-from rdusim.ir.ops import bytes_read, bytes_written, flops
+from rdusim.ir.ops import attrs_as, bytes_read, bytes_written, flops
 from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 
 LAYER_OPS = [
@@ -78,7 +79,8 @@ def test_gqa_projection_shapes(llama_configs, name):
     assert flops(g.ops["k_proj"], g, wl) == 2 * 10 * h * KVH * HD
     assert flops(g.ops["v_proj"], g, wl) == 2 * 10 * h * KVH * HD
     att = g.ops["attention"]
-    assert (att.attrs["heads"], att.attrs["kv_heads"]) == (nh, KVH)
+    a = attrs_as(att, AttentionAttrs)
+    assert (a.heads, a.kv_heads) == (nh, KVH)
 
 
 @pytest.mark.parametrize("name", sorted(DIMS))
@@ -119,9 +121,9 @@ def test_cache_writes(llama8b):
     assert bytes_written(dec.ops["kv_cache_write"], dec, Workload(16, 1, 4096)) == (
         16 * 2 * KVH * HD * 2
     )
-    assert dec.ops["kv_cache_write"].attrs["index"] == "position"
+    assert attrs_as(dec.ops["kv_cache_write"], ScatterAttrs).index == CacheIndex.POSITION
     ring = llama.build_layer(llama8b, "dense", "decode", SS)
-    assert ring.ops["kv_cache_write"].attrs["index"] == "ring"
+    assert attrs_as(ring.ops["kv_cache_write"], ScatterAttrs).index == CacheIndex.RING
 
 
 def test_embedding_and_head(llama8b):
@@ -171,7 +173,7 @@ def test_snapstream_selects_per_kv_head(llama8b):
     assert g.tensors["snapkv_index"].shape == ("B", KVH, SS.topk)
     # the compressed K and V caches have the fixed number of slots
     for t in g.tensors.values():
-        if t.kind == TensorKind.CACHE and t.name.startswith("compressed_"):
+        if t.kind == TensorKind.CACHE and t.compressed:
             assert t.shape == ("B", SS.slots, KVH * HD)
 
 

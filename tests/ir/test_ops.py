@@ -8,15 +8,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdusim.ir.attrs import (
+    Access,
+    AttentionAttrs,
+    ElementwiseAttrs,
+    GemmAttrs,
+    OpKind,
+    PoolAttrs,
+    RowAttrs,
+    ScatterAttrs,
+    TopkAttrs,
+    default_attrs,
+)
 from rdusim.ir.builders import deepseek, llama
 from rdusim.ir.graph import CostClass, Graph, Op, Tensor, Workload
 from rdusim.ir.ops import (
+    COSTS,
     OP_KINDS,
     SIMD_OPS_PER_ELEMENT,
     attention_pairs,
     bytes_read,
     bytes_written,
-    cost_class_of,
     flops,
     op_table,
 )
@@ -36,18 +48,29 @@ def graph_with(*tensors: Tensor) -> Graph:
 
 
 def test_cost_classes():
-    assert OP_KINDS["gemm"] == CostClass.SYSTOLIC
-    assert OP_KINDS["attention"] == CostClass.ATTENTION
+    assert OP_KINDS["gemm"] == CostClass.SYSTOLIC  # a kind compares equal to its name
+    assert OP_KINDS[OpKind.ATTENTION] == CostClass.ATTENTION
     for kind in ("norm", "elementwise", "rope", "softmax", "reduce", "pool", "topk", "router"):
-        assert OP_KINDS[kind] == CostClass.SIMD, kind
+        assert OP_KINDS[OpKind(kind)] == CostClass.SIMD, kind
     for kind in ("gather", "scatter", "concat", "embed"):
-        assert OP_KINDS[kind] == CostClass.MEMORY, kind
+        assert OP_KINDS[OpKind(kind)] == CostClass.MEMORY, kind
     assert set(SIMD_OPS_PER_ELEMENT) <= set(OP_KINDS)
+
+
+def test_every_kind_has_costs():
+    assert set(COSTS) == set(OpKind)
 
 
 def test_unknown_kind_is_an_error():
     with pytest.raises(ValueError, match="unknown kind"):
-        cost_class_of(Op("o", "fft", (), ()))
+        Op("o", "fft", (), (), ElementwiseAttrs())  # type: ignore[arg-type]
+
+
+def test_attrs_must_be_the_kinds_own():
+    with pytest.raises(TypeError, match="GemmAttrs"):
+        Op("o", OpKind.GEMM, (), (), ElementwiseAttrs())
+    with pytest.raises(ValueError, match="GemmAttrs"):
+        default_attrs(OpKind.GEMM)  # a GEMM's sizes have no defaults
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,19 +86,19 @@ def test_attention_pairs():
 
 def test_gemm_flops():
     g = graph_with(Tensor("x", ("B", "S", 64), 2.0), Tensor("y", ("B", "S", 32), 2.0))
-    op = Op("mm", "gemm", ("x",), ("y",), attrs={"m": ("B", "S"), "k": 64, "n": 32})
+    op = Op("mm", OpKind.GEMM, ("x",), ("y",), GemmAttrs(("B", "S"), 64, 32))
     assert flops(op, g, Workload(3, 5, 5)) == 2 * 3 * 5 * 64 * 32
-    op.attrs["count"] = 8
+    op.attrs = GemmAttrs(("B", "S"), 64, 32, count=8)
     assert flops(op, g, Workload(3, 5, 5)) == 8 * 2 * 3 * 5 * 64 * 32
-    op.attrs["n_dims"] = ("E",)  # n = 32 x E
+    op.attrs = GemmAttrs(("B", "S"), 64, 32, count=8, n_dims=("E",))  # n = 32 x E
     assert flops(op, g, Workload(3, 5, 5, evict=7)) == 8 * 2 * 3 * 5 * 64 * 32 * 7
 
 
 def test_attention_flops():
     g = graph_with(Tensor("q", ("B", "S", 2, 8), 2.0), Tensor("o", ("B", "S", 2, 4), 2.0))
-    op = Op("att", "attention", ("q",), ("o",), attrs={"heads": 2, "qk_dim": 8, "v_dim": 4})
+    op = Op("att", OpKind.ATTENTION, ("q",), ("o",), AttentionAttrs(heads=2, qk_dim=8, v_dim=4))
     assert flops(op, g, Workload(3, 10, 10)) == 2 * 3 * 2 * 55 * (8 + 4)  # causal by default
-    op.attrs["causal"] = False
+    op.attrs = AttentionAttrs(heads=2, qk_dim=8, v_dim=4, causal=False)
     assert flops(op, g, Workload(3, 1, 10)) == 2 * 3 * 2 * 10 * (8 + 4)
 
 
@@ -84,26 +107,27 @@ def test_simd_flops():
     wl = Workload(2, 3, 3)
     n = 2 * 3 * 16
     for kind, per in SIMD_OPS_PER_ELEMENT.items():
-        assert flops(Op("o", kind, ("x",), ("y",)), g, wl) == per * n
-    scaled = Op("o", "elementwise", ("x",), ("y",), attrs={"ops_scale": 5.0})
+        assert flops(Op("o", kind, ("x",), ("y",), default_attrs(kind)), g, wl) == per * n
+    scaled = Op("o", OpKind.ELEMENTWISE, ("x",), ("y",), ElementwiseAttrs(ops_scale=5.0))
     assert flops(scaled, g, wl) == 5.0 * n
-    assert flops(Op("o", "pool", ("x",), ("y",), attrs={"kernel": 7}), g, wl) == 7 * n
+    assert flops(Op("o", OpKind.POOL, ("x",), ("y",), PoolAttrs(7)), g, wl) == 7 * n
+    assert flops(Op("o", OpKind.SOFTMAX, ("x",), ("y",), RowAttrs(blocking=True)), g, wl) == 5 * n
 
 
 def test_topk_flops_use_n_log_n():
     g = graph_with(Tensor("x", ("B", "E"), 4.0), Tensor("i", ("B", 8), 4.0))
-    op = Op("o", "topk", ("x",), ("i",), attrs={"n": "E"})
+    op = Op("o", OpKind.TOPK, ("x",), ("i",), TopkAttrs("E"))
     wl = Workload(2, 1, 1, evict=1024)
     assert flops(op, g, wl) == 2 * 1024 * math.log2(1024)
-    op.attrs["n"] = 1  # never below one compare per element
+    op.attrs = TopkAttrs(1)  # never below one compare per element
     assert flops(op, g, wl) == 2 * 1024
 
 
 def test_data_movement_has_no_flops_but_bytes():
     g = graph_with(Tensor("a", ("B", "S", 4), 2.0), Tensor("b", ("B", "S", 4), 1.0))
     wl = Workload(2, 3, 3)
-    for kind in ("gather", "scatter", "concat", "embed"):
-        op = Op("o", kind, ("a",), ("b",))
+    for kind in (OpKind.GATHER, OpKind.SCATTER, OpKind.CONCAT, OpKind.EMBED):
+        op = Op("o", kind, ("a",), ("b",), default_attrs(kind))
         assert flops(op, g, wl) == 0.0
         assert bytes_read(op, g, wl) == 2 * 3 * 4 * 2
         assert bytes_written(op, g, wl) == 2 * 3 * 4 * 1
@@ -113,14 +137,10 @@ def test_read_and_write_shapes_override_tensor_sizes():
     g = graph_with(Tensor("a", ("B", "T", 4), 2.0), Tensor("b", ("B", 1), 2.0))
     op = Op(
         "o",
-        "scatter",
+        OpKind.SCATTER,
         ("a",),
         ("b",),
-        attrs={
-            "read_shape": ("B", "S", 4),
-            "read_dtype_bytes": 1.0,
-            "write_shape": ("B", "S", 4),
-        },
+        ScatterAttrs(read=Access(("B", "S", 4), 1.0), write=Access(("B", "S", 4))),
     )
     wl = Workload(2, 1, 1000)
     assert bytes_read(op, g, wl) == 2 * 1 * 4 * 1.0
@@ -170,7 +190,7 @@ def test_gemm_flops_are_linear_in_tokens(r1, b, s):
     for phase in ("prefill", "decode"):
         g = deepseek.build_layer(r1, "moe", phase)
         for op in g.ops.values():
-            if op.kind != "gemm" or op.attrs["m"] != ("B", "S"):
+            if not isinstance(op.attrs, GemmAttrs) or op.attrs.m != ("B", "S"):
                 continue
             one = flops(op, g, Workload(1, 1, 1))
             assert flops(op, g, Workload(b, s, s)) == pytest.approx(b * s * one), op.name

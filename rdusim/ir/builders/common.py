@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rdusim.ir.graph import Dim, Graph, Op, Tensor, TensorKind, TPMode
+from rdusim.ir.attrs import (
+    Access,
+    ElementwiseAttrs,
+    GatherAttrs,
+    GemmAttrs,
+    OpAttrs,
+    OpKind,
+    RoutedExperts,
+    RowAttrs,
+    SortAttrs,
+    TopkAttrs,
+    default_attrs,
+)
+from rdusim.ir.graph import CacheRole, Dim, Graph, Op, Tensor, TensorKind, TPMode
 
 TOKENS: tuple[Dim, ...] = ("B", "S")
 
@@ -22,8 +35,10 @@ class Builder:
         self.g.tensor(Tensor(name, tuple(shape), dtype_bytes or self.act_bytes))
         return name
 
-    def cache(self, name: str, *shape: Dim, dtype_bytes: float) -> str:
-        self.g.tensor(Tensor(name, tuple(shape), dtype_bytes, TensorKind.CACHE))
+    def cache(
+        self, name: str, *shape: Dim, dtype_bytes: float, role: CacheRole, compressed: bool = False
+    ) -> str:
+        self.g.tensor(Tensor(name, tuple(shape), dtype_bytes, TensorKind.CACHE, role, compressed))
         return name
 
     def weight(self, name: str, *shape: int, dense: bool = False) -> Tensor:
@@ -34,18 +49,18 @@ class Builder:
     def op(
         self,
         name: str,
-        kind: str,
+        kind: OpKind,
         inputs: tuple[str, ...] | list[str],
         outputs: tuple[str, ...] | list[str],
+        attrs: OpAttrs | None = None,
         *,
         weights: tuple[Tensor, ...] = (),
         tp: TPMode = TPMode.LOCAL,
         doc: str = "",
-        **attrs: object,
     ) -> Op:
-        return self.g.add(
-            Op(name, kind, tuple(inputs), tuple(outputs), weights, dict(attrs), tp, doc)
-        )
+        """Add an op; `attrs` may be left out for a kind whose attributes all have defaults."""
+        a = attrs if attrs is not None else default_attrs(kind)
+        return self.g.add(Op(name, kind, tuple(inputs), tuple(outputs), a, weights, tp, doc))
 
     def linear(
         self,
@@ -60,8 +75,7 @@ class Builder:
         weight_count: int = 1,
         dense: bool = False,
         extra_inputs: tuple[str, ...] = (),
-        experts: int = 0,
-        slots: int = 0,
+        routed: RoutedExperts | None = None,
         bias: bool = False,
         doc: str = "",
     ) -> Op:
@@ -75,22 +89,18 @@ class Builder:
         b = (self.weight(f"{name}.bias", n, dense=True),) if bias else ()
         return self.op(
             name,
-            "gemm",
+            OpKind.GEMM,
             [x, *extra_inputs],
             [out],
+            GemmAttrs(TOKENS, k, n, count, routed=routed),
             weights=(w, *b),
             tp=tp,
             doc=doc,
-            m=TOKENS,
-            k=k,
-            n=n,
-            count=count,
-            **({"experts": experts, "slots": slots} if experts else {}),
         )
 
     def norm(self, name: str, x: str, out: str, width: int, doc: str = "") -> Op:
         w = self.weight(f"{name}.weight", width, dense=True)
-        return self.op(name, "norm", [x], [out], weights=(w,), tp=TPMode.TOKEN, doc=doc)
+        return self.op(name, OpKind.NORM, [x], [out], weights=(w,), tp=TPMode.TOKEN, doc=doc)
 
 
 def embedding_graph(b: Builder, hidden: int, vocab: int) -> Graph:
@@ -100,13 +110,12 @@ def embedding_graph(b: Builder, hidden: int, vocab: int) -> Graph:
     w = b.weight("embed.weight", vocab, hidden, dense=True)
     b.op(
         "embed",
-        "embed",
+        OpKind.EMBED,
         ["ids"],
         ["x"],
+        GatherAttrs(Access(("B", "S", hidden), b.dense_bytes)),
         weights=(w,),
         tp=TPMode.ROW,
-        read_shape=("B", "S", hidden),
-        read_dtype_bytes=b.dense_bytes,
         doc="token embedding lookup (vocab-parallel: each socket holds a slice of the table)",
     )
     return b.g
@@ -121,13 +130,11 @@ def head_graph(b: Builder, hidden: int, vocab: int, tied: bool) -> Graph:
     if tied:
         b.op(
             "lm_head",
-            "gemm",
+            OpKind.GEMM,
             ["x_n"],
             ["logits"],
+            GemmAttrs(TOKENS, hidden, vocab),
             tp=TPMode.COLUMN,
-            m=TOKENS,
-            k=hidden,
-            n=vocab,
             doc="tied to the embedding: no weights of its own",
         )
     else:
@@ -135,11 +142,11 @@ def head_graph(b: Builder, hidden: int, vocab: int, tied: bool) -> Graph:
     b.act("next_token", "B", "S", dtype_bytes=4)
     b.op(
         "sample",
-        "topk",
+        OpKind.TOPK,
         ["logits"],
         ["next_token"],
+        TopkAttrs(vocab),
         tp=TPMode.LOCAL,
-        n=vocab,
         doc="greedy / top-k sampling",
     )
     return b.g
@@ -168,11 +175,11 @@ def _shared_expert(b: Builder, moe: MoE) -> list[str]:
     b.act("shared_act", *TOKENS, sw)
     b.op(
         "shared_silu_mul",
-        "elementwise",
+        OpKind.ELEMENTWISE,
         ["shared_gate_up"],
         ["shared_act"],
+        ElementwiseAttrs(ops_scale=5.0),
         tp=TPMode.LOCAL,
-        ops_scale=5.0,
     )
     b.act("shared_out", *TOKENS, h)
     b.linear("shared_down_proj", "shared_act", "shared_out", sw, h, tp=TPMode.ROW)
@@ -195,10 +202,11 @@ def _shared_expert(b: Builder, moe: MoE) -> list[str]:
 def moe_ffn(b: Builder, x: str, moe: MoE) -> str:
     """RMSNorm, router, token grouping, shared and routed experts, combine and residual.
 
-    Op names and attrs (`experts`, `slots`) are what the compiler's expert routing and mappings'
+    Op names and the routed experts' attrs (`RoutedExperts`) are what the compiler's expert routing and mappings'
     patterns key on, whatever the family.
     """
     h, e, k, w = moe.hidden, moe.experts, moe.top_k, moe.width
+    routed = RoutedExperts(experts=e, slots=k)
     b.act("ffn_in", *TOKENS, h)
     b.norm("ffn_norm", x, "ffn_in", h)
     b.act("router_logits", *TOKENS, e, dtype_bytes=4)
@@ -215,21 +223,21 @@ def moe_ffn(b: Builder, x: str, moe: MoE) -> str:
     b.act("expert_ids", *TOKENS, k, dtype_bytes=4)
     b.op(
         "router_topk",
-        "router",
+        OpKind.ROUTER,
         ["router_logits"],
         ["expert_ids"],
+        RowAttrs(),
         tp=TPMode.TOKEN,
         doc=moe.router_doc,
     )
     b.act("token_order", *TOKENS, k, dtype_bytes=4)
     b.op(
         "token_group",
-        "sort",
+        OpKind.SORT,
         ["expert_ids"],
         ["token_order"],
+        SortAttrs(e, blocking=True),
         tp=TPMode.TOKEN,
-        n=e,
-        blocking=True,
         doc="group token slots by expert so each expert's weights are read once",
     )
     shared = _shared_expert(b, moe) if moe.shared_width else []
@@ -244,20 +252,17 @@ def moe_ffn(b: Builder, x: str, moe: MoE) -> str:
         weight_count=e,
         tp=TPMode.COLUMN,
         extra_inputs=("token_order",),
-        experts=e,
-        slots=k,
+        routed=routed,
         doc=f"gate+up GEMMs of the {k} routed experts of each token",
     )
     b.act("expert_act", *TOKENS, k, w)
     b.op(
         "experts_silu_mul",
-        "elementwise",
+        OpKind.ELEMENTWISE,
         ["expert_gate_up"],
         ["expert_act"],
+        ElementwiseAttrs(ops_scale=5.0, routed=routed),
         tp=TPMode.LOCAL,
-        ops_scale=5.0,
-        slots=k,
-        experts=e,
     )
     b.act("expert_out", *TOKENS, k, h)
     b.linear(
@@ -269,22 +274,18 @@ def moe_ffn(b: Builder, x: str, moe: MoE) -> str:
         count=k,
         weight_count=e,
         tp=TPMode.ROW,
-        experts=e,
-        slots=k,
+        routed=routed,
     )
     b.act("moe_out", *TOKENS, h)
     b.op(
         "experts_combine",
-        "elementwise",
+        OpKind.ELEMENTWISE,
         ["expert_out", *shared],
         ["moe_out"],
+        ElementwiseAttrs(ops_scale=2.0, linear=True, routed=routed),
         tp=TPMode.LOCAL,
-        ops_scale=2.0,
-        linear=True,
-        slots=k,
-        experts=e,
         doc="weighted sum of the routed experts" + (" plus the shared expert" if shared else ""),
     )
     b.act("h_out", *TOKENS, h)
-    b.op("ffn_residual", "elementwise", [x, "moe_out"], ["h_out"], tp=TPMode.TOKEN)
+    b.op("ffn_residual", OpKind.ELEMENTWISE, [x, "moe_out"], ["h_out"], tp=TPMode.TOKEN)
     return "h_out"

@@ -10,6 +10,14 @@ output (`v_absorb`), so attention runs directly against the cached latent (512) 
 
 from __future__ import annotations
 
+from rdusim.ir.attrs import (
+    Access,
+    AttentionAttrs,
+    CacheIndex,
+    ElementwiseAttrs,
+    OpKind,
+    ScatterAttrs,
+)
 from rdusim.ir.builders.common import (
     TOKENS,
     Builder,
@@ -18,7 +26,8 @@ from rdusim.ir.builders.common import (
     head_graph,
     moe_ffn,
 )
-from rdusim.ir.graph import Graph, TPMode
+from rdusim.ir.builders.snapstream import CacheSource, add_prefill_compression
+from rdusim.ir.graph import CacheRole, Graph, Phase, TPMode, as_phase
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import DeepSeekV3Config
 
@@ -71,6 +80,12 @@ def _latent(b: Builder, cfg: DeepSeekV3Config, down_tp: TPMode) -> None:
     b.norm("kv_a_norm", "kv_a", "c_kv", r)
 
 
+def _caches(b: Builder, r: int, rope: int, kvb: float) -> None:
+    """MLA's cache: the latent (read as keys and as values) and the rope key."""
+    b.cache("latent_cache", "B", "T", r, dtype_bytes=kvb, role=CacheRole.LATENT)
+    b.cache("rope_cache", "B", "T", rope, dtype_bytes=kvb, role=CacheRole.KEY)
+
+
 def _attention_prefill(
     b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamConfig | None
 ) -> str:
@@ -88,35 +103,35 @@ def _attention_prefill(
     b.act("q_rot", *TOKENS, nh, qk)
     b.op(
         "rope_q",
-        "rope",
+        OpKind.ROPE,
         ["q"],
         ["q_rot"],
+        # only the 64 rope dims of each 192-wide head rotate
+        ElementwiseAttrs(ops_scale=rope / qk),
         tp=TPMode.LOCAL,
-        ops_scale=rope / qk,  # only the 64 rope dims of each 192-wide head rotate
         doc="rotary embedding of the query's rope part",
     )
     b.act("k_pe", *TOKENS, rope)
     b.op(
         "rope_k",
-        "rope",
+        OpKind.ROPE,
         ["kv_a"],
         ["k_pe"],
+        # kv_a carries the latent too; only the rope key rotates
+        ElementwiseAttrs(ops_scale=rope / (r + rope)),
         tp=TPMode.TOKEN,
-        ops_scale=rope / (r + rope),  # kv_a carries the latent too; only the rope key rotates
         doc="rotary embedding of the shared rope key",
     )
     # the cache decode will read: latent and rope key of every prompt token, written to HBM
-    b.cache("latent_cache", "B", "T", r, dtype_bytes=kvb)
-    b.cache("rope_cache", "B", "T", rope, dtype_bytes=kvb)
+    _caches(b, r, rope, kvb)
     b.op(
         "kv_cache_write",
-        "scatter",
+        OpKind.SCATTER,
         ["c_kv", "k_pe"],
         ["latent_cache", "rope_cache"],
+        ScatterAttrs(write=Access(("B", "S", r + rope), kvb)),
         tp=TPMode.TOKEN,
         doc="write the layer's latent KV cache",
-        write_shape=("B", "S", r + rope),
-        write_dtype_bytes=kvb,
     )
     b.act("kv", *TOKENS, nh, nope + vd)
     b.linear(
@@ -129,15 +144,15 @@ def _attention_prefill(
         doc="decompress latent into per-head K (nope) and V",
     )
     if ss is not None:
-        from rdusim.snapstream.kernels import add_prefill_compression
-
         add_prefill_compression(
             b,
             ss,
             heads=nh,
             qk_dim=qk,
-            cache=("latent_cache", "rope_cache"),
-            widths=(r, rope),
+            caches=(
+                CacheSource("latent", "latent_cache", r),
+                CacheSource("rope", "rope_cache", rope),
+            ),
             query="q_rot",
             keys="kv",
             cache_bytes=kvb,
@@ -145,22 +160,19 @@ def _attention_prefill(
     b.act("attn_out", *TOKENS, nh, vd)
     b.op(
         "attention",
-        "attention",
+        OpKind.ATTENTION,
         ["q_rot", "kv", "k_pe"],
         ["attn_out"],
+        AttentionAttrs(nh, qk, vd, causal=True),
         tp=TPMode.HEADS,
         doc="causal MHA over all prompt tokens (flash-style)",
-        heads=nh,
-        qk_dim=qk,
-        v_dim=vd,
-        causal=True,
     )
     b.act("attn_proj", *TOKENS, h)
     b.linear("o_proj", "attn_out", "attn_proj", nh * vd, h, tp=TPMode.ROW, doc="output projection")
     b.act("h_attn", *TOKENS, h)
     b.op(
         "attn_residual",
-        "elementwise",
+        OpKind.ELEMENTWISE,
         [x, "attn_proj"],
         ["h_attn"],
         tp=TPMode.TOKEN,
@@ -194,42 +206,40 @@ def _attention_decode(
         doc="fold W_UK into the query: per head 128 -> 512",
     )
     b.act("q_rot", *TOKENS, nh, rope)
-    b.op("rope_q", "rope", ["q"], ["q_rot"], tp=TPMode.LOCAL, ops_scale=rope / cfg.qk_head_dim)
+    rope_q = ElementwiseAttrs(ops_scale=rope / cfg.qk_head_dim)
+    b.op("rope_q", OpKind.ROPE, ["q"], ["q_rot"], rope_q, tp=TPMode.LOCAL)
     _latent(b, cfg, TPMode.COLUMN)
     b.act("k_pe", *TOKENS, rope)
-    b.op("rope_k", "rope", ["kv_a"], ["k_pe"], tp=TPMode.TOKEN, ops_scale=rope / (r + rope))
-    b.cache("latent_cache", "B", "T", r, dtype_bytes=kvb)
-    b.cache("rope_cache", "B", "T", rope, dtype_bytes=kvb)
+    rope_k = ElementwiseAttrs(ops_scale=rope / (r + rope))
+    b.op("rope_k", OpKind.ROPE, ["kv_a"], ["k_pe"], rope_k, tp=TPMode.TOKEN)
+    _caches(b, r, rope, kvb)
     b.act("cache_ready", "B", 1)
+    new_rows = Access(("B", "S", r + rope), kvb)
     b.op(
         "kv_cache_write",
-        "scatter",
+        OpKind.SCATTER,
         ["c_kv", "k_pe", "latent_cache", "rope_cache"],
         ["cache_ready"],
+        ScatterAttrs(
+            read=new_rows,
+            write=new_rows,
+            index=CacheIndex.RING if ss else CacheIndex.POSITION,
+        ),
         tp=TPMode.TOKEN,
         doc="scatter this step's latent into the cache"
         + (" at the ring-buffer index (SnapStream eq. 4)" if ss else " at the sequence position"),
-        read_shape=("B", "S", r + rope),
-        write_shape=("B", "S", r + rope),
-        write_dtype_bytes=kvb,
-        read_dtype_bytes=kvb,
-        index="ring" if ss else "position",
     )
     b.act("attn_lat", *TOKENS, nh, r)
     b.op(
         "attention",
-        "attention",
+        OpKind.ATTENTION,
         ["q_lat", "q_rot", "latent_cache", "rope_cache", "cache_ready"],
         ["attn_lat"],
+        AttentionAttrs(
+            nh, r + rope, r, causal=False, shared_kv=True, read=Access(("B", "T", r + rope), kvb)
+        ),
         tp=TPMode.HEADS,
         doc="absorbed MLA over the cached latent",
-        heads=nh,
-        qk_dim=r + rope,
-        v_dim=r,
-        causal=False,
-        shared_kv=True,
-        read_shape=("B", "T", r + rope),
-        read_dtype_bytes=kvb,
     )
     b.act("attn_out", *TOKENS, nh, vd)
     b.linear(
@@ -246,7 +256,7 @@ def _attention_decode(
     b.act("attn_proj", *TOKENS, h)
     b.linear("o_proj", "attn_out", "attn_proj", nh * vd, h, tp=TPMode.ROW)
     b.act("h_attn", *TOKENS, h)
-    b.op("attn_residual", "elementwise", [x, "attn_proj"], ["h_attn"], tp=TPMode.TOKEN)
+    b.op("attn_residual", OpKind.ELEMENTWISE, [x, "attn_proj"], ["h_attn"], tp=TPMode.TOKEN)
     return "h_attn"
 
 
@@ -267,17 +277,17 @@ def _dense_ffn(b: Builder, cfg: DeepSeekV3Config, x: str, width: int) -> str:
     b.act("ffn_act", *TOKENS, width)
     b.op(
         "ffn_silu_mul",
-        "elementwise",
+        OpKind.ELEMENTWISE,
         ["ffn_gate_up"],
         ["ffn_act"],
+        ElementwiseAttrs(ops_scale=5.0),
         tp=TPMode.LOCAL,
-        ops_scale=5.0,
         doc="SiLU(gate) * up",
     )
     b.act("ffn_out", *TOKENS, h)
     b.linear("ffn_down_proj", "ffn_act", "ffn_out", width, h, tp=TPMode.ROW)
     b.act("h_out", *TOKENS, h)
-    b.op("ffn_residual", "elementwise", [x, "ffn_out"], ["h_out"], tp=TPMode.TOKEN)
+    b.op("ffn_residual", OpKind.ELEMENTWISE, [x, "ffn_out"], ["h_out"], tp=TPMode.TOKEN)
     return "h_out"
 
 
@@ -299,19 +309,21 @@ def _moe_ffn(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
 
 
 def build_layer(
-    cfg: DeepSeekV3Config, kind: str, phase: str, snapstream: SnapStreamConfig | None = None
+    cfg: DeepSeekV3Config,
+    kind: str,
+    phase: Phase | str,
+    snapstream: SnapStreamConfig | None = None,
 ) -> Graph:
     """One decoder layer of `kind` ('dense' | 'moe') for `phase` ('prefill' | 'decode')."""
     if kind not in ("dense", "moe"):
         raise ValueError(f"unknown layer kind {kind!r}")
+    phase = as_phase(phase)
     b = _builder(cfg, f"{cfg.name}.{kind}.{phase}")
     x = b.act("x", *TOKENS, cfg.hidden_size)
-    if phase == "prefill":
+    if phase == Phase.PREFILL:
         h = _attention_prefill(b, cfg, x, snapstream)
-    elif phase == "decode":
-        h = _attention_decode(b, cfg, x, snapstream)
     else:
-        raise ValueError(f"unknown phase {phase!r}")
+        h = _attention_decode(b, cfg, x, snapstream)
     if kind == "moe":
         _moe_ffn(b, cfg, h)
     else:
@@ -340,7 +352,7 @@ def build_mtp_projection(cfg: DeepSeekV3Config) -> Graph:
     b.norm("mtp_hnorm", "h_prev", "h_n", h)
     b.norm("mtp_enorm", "e_next", "e_n", h)
     b.act("he", *TOKENS, 2 * h)
-    b.op("mtp_concat", "concat", ["h_n", "e_n"], ["he"], tp=TPMode.TOKEN)
+    b.op("mtp_concat", OpKind.CONCAT, ["h_n", "e_n"], ["he"], tp=TPMode.TOKEN)
     b.act("x", *TOKENS, h)
     b.linear(
         "mtp_eh_proj", "he", "x", 2 * h, h, tp=TPMode.COLUMN, doc="projects [h; e] back to hidden"

@@ -19,6 +19,14 @@ slots written as a ring.
 
 from __future__ import annotations
 
+from rdusim.ir.attrs import (
+    Access,
+    AttentionAttrs,
+    CacheIndex,
+    ElementwiseAttrs,
+    OpKind,
+    ScatterAttrs,
+)
 from rdusim.ir.builders.common import (
     TOKENS,
     Builder,
@@ -27,7 +35,8 @@ from rdusim.ir.builders.common import (
     head_graph,
     moe_ffn,
 )
-from rdusim.ir.graph import Graph, Op, TPMode
+from rdusim.ir.builders.snapstream import CacheSource, add_prefill_compression
+from rdusim.ir.graph import CacheRole, Graph, Phase, TPMode, as_phase
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import GQAConfig, MoEConfig
 
@@ -43,7 +52,7 @@ def _head_norm(b: Builder, name: str, x: str, out: str, heads: int, hd: int) -> 
     head split its input has."""
     b.act(out, *TOKENS, heads, hd)
     w = b.weight(f"{name}.weight", hd, dense=True)
-    b.op(name, "norm", [x], [out], weights=(w,), tp=TPMode.LOCAL, doc="RMSNorm of each head")
+    b.op(name, OpKind.NORM, [x], [out], weights=(w,), tp=TPMode.LOCAL, doc="RMSNorm of each head")
 
 
 def _projections(b: Builder, cfg: GQAConfig) -> tuple[str, str]:
@@ -65,95 +74,83 @@ def _projections(b: Builder, cfg: GQAConfig) -> tuple[str, str]:
         _head_norm(b, "k_norm", "k", "k_normed", kvh, hd)
         q, k = "q_normed", "k_normed"
     b.act("q_rot", *TOKENS, nh, hd)
-    b.op("rope_q", "rope", [q], ["q_rot"], tp=TPMode.LOCAL)
+    b.op("rope_q", OpKind.ROPE, [q], ["q_rot"], tp=TPMode.LOCAL)
     b.act("k_rot", *TOKENS, kvh, hd)
-    b.op("rope_k", "rope", [k], ["k_rot"], tp=TPMode.LOCAL)
+    b.op("rope_k", OpKind.ROPE, [k], ["k_rot"], tp=TPMode.LOCAL)
     return "q_rot", "k_rot"
 
 
-def _limit_to_window(att: Op, window: int | None) -> None:
-    """A sliding window is the attention op's `window` attr (absent for full attention, so a
-    full-attention graph is exactly Llama's)."""
-    if window:
-        att.attrs["window"] = window
+def _attention(b: Builder, cfg: GQAConfig, phase: Phase, ss: SnapStreamConfig | None) -> None:
+    """The KV cache write and attention of one phase, into `attn_out`.
 
-
-def _attention(b: Builder, cfg: GQAConfig, phase: str, ss: SnapStreamConfig | None) -> None:
-    """The KV cache write and attention of one phase, into `attn_out`."""
+    A sliding window is the attention's `window` (None for full attention, so a full-attention
+    graph is exactly Llama's)."""
     nh, kvh, hd = cfg.num_attention_heads, cfg.kv_heads, cfg.attention_head_dim
     kvb = cfg.bytes_of("kv_cache")
-    window = cfg.attention_window
-    b.cache("k_cache", "B", "T", kvh * hd, dtype_bytes=kvb)
-    b.cache("v_cache", "B", "T", kvh * hd, dtype_bytes=kvb)
+    window = cfg.attention_window or None
+    b.cache("k_cache", "B", "T", kvh * hd, dtype_bytes=kvb, role=CacheRole.KEY)
+    b.cache("v_cache", "B", "T", kvh * hd, dtype_bytes=kvb, role=CacheRole.VALUE)
     b.act("attn_out", *TOKENS, nh, hd)
-    if phase == "prefill":
+    new_rows = Access(("B", "S", 2 * kvh * hd), kvb)
+    if phase == Phase.PREFILL:
         b.op(
             "kv_cache_write",
-            "scatter",
+            OpKind.SCATTER,
             ["k_rot", "v"],
             ["k_cache", "v_cache"],
+            ScatterAttrs(write=new_rows),
             tp=TPMode.LOCAL,
-            write_shape=("B", "S", 2 * kvh * hd),
-            write_dtype_bytes=kvb,
         )
         if ss is not None:
-            from rdusim.snapstream.kernels import add_prefill_compression
-
             add_prefill_compression(
                 b,
                 ss,
                 heads=nh,
                 qk_dim=hd,
-                cache=("k_cache", "v_cache"),
-                widths=(kvh * hd, kvh * hd),
+                caches=(
+                    CacheSource("k", "k_cache", kvh * hd),
+                    CacheSource("v", "v_cache", kvh * hd),
+                ),
                 query="q_rot",
                 keys="k_rot",
                 cache_bytes=kvb,
                 selections=kvh,
-                names=("k", "v"),
             )
-        att = b.op(
+        b.op(
             "attention",
-            "attention",
+            OpKind.ATTENTION,
             ["q_rot", "k_rot", "v"],
             ["attn_out"],
+            AttentionAttrs(nh, hd, hd, kv_heads=kvh, causal=True, window=window),
             tp=TPMode.HEADS,
-            heads=nh,
-            kv_heads=kvh,
-            qk_dim=hd,
-            v_dim=hd,
-            causal=True,
         )
-        _limit_to_window(att, window)
         return
     b.act("cache_ready", "B", 1)
+    index = CacheIndex.RING if ss or window else CacheIndex.POSITION
     b.op(
         "kv_cache_write",
-        "scatter",
+        OpKind.SCATTER,
         ["k_rot", "v", "k_cache", "v_cache"],
         ["cache_ready"],
+        ScatterAttrs(read=new_rows, write=new_rows, index=index),
         tp=TPMode.LOCAL,
-        read_shape=("B", "S", 2 * kvh * hd),
-        read_dtype_bytes=kvb,
-        write_shape=("B", "S", 2 * kvh * hd),
-        write_dtype_bytes=kvb,
-        index="ring" if ss or window else "position",
     )
-    att = b.op(
+    b.op(
         "attention",
-        "attention",
+        OpKind.ATTENTION,
         ["q_rot", "k_cache", "v_cache", "cache_ready"],
         ["attn_out"],
+        AttentionAttrs(
+            nh,
+            hd,
+            hd,
+            kv_heads=kvh,
+            causal=False,
+            window=window,
+            read=Access(("B", "T", 2 * kvh * hd), kvb),
+        ),
         tp=TPMode.HEADS,
-        heads=nh,
-        kv_heads=kvh,
-        qk_dim=hd,
-        v_dim=hd,
-        causal=False,
-        read_shape=("B", "T", 2 * kvh * hd),
-        read_dtype_bytes=kvb,
     )
-    _limit_to_window(att, window)
 
 
 def _dense_ffn(b: Builder, cfg: GQAConfig, x: str) -> None:
@@ -165,13 +162,18 @@ def _dense_ffn(b: Builder, cfg: GQAConfig, x: str) -> None:
     b.linear("ffn_up_proj", "ffn_in", "ffn_gate_up", h, 2 * w, tp=TPMode.COLUMN, bias=bias)
     b.act("ffn_act", *TOKENS, w)
     b.op(
-        "ffn_silu_mul", "elementwise", ["ffn_gate_up"], ["ffn_act"], tp=TPMode.LOCAL, ops_scale=5.0
+        "ffn_silu_mul",
+        OpKind.ELEMENTWISE,
+        ["ffn_gate_up"],
+        ["ffn_act"],
+        ElementwiseAttrs(ops_scale=5.0),
+        tp=TPMode.LOCAL,
     )
     b.act("ffn_out", *TOKENS, h)
     bias = "ffn_down_proj" in cfg.biased
     b.linear("ffn_down_proj", "ffn_act", "ffn_out", w, h, tp=TPMode.ROW, bias=bias)
     b.act("h_out", *TOKENS, h)
-    b.op("ffn_residual", "elementwise", [x, "ffn_out"], ["h_out"], tp=TPMode.TOKEN)
+    b.op("ffn_residual", OpKind.ELEMENTWISE, [x, "ffn_out"], ["h_out"], tp=TPMode.TOKEN)
 
 
 def _moe(cfg: MoEConfig) -> MoE:
@@ -193,14 +195,13 @@ def _layer_kinds(cfg: GQAConfig) -> set[str]:
 
 
 def build_layer(
-    cfg: GQAConfig, kind: str, phase: str, snapstream: SnapStreamConfig | None = None
+    cfg: GQAConfig, kind: str, phase: Phase | str, snapstream: SnapStreamConfig | None = None
 ) -> Graph:
     """One decoder layer of `kind` ('dense' | 'moe', as the family places them) for `phase`."""
     kinds = _layer_kinds(cfg)
     if kind not in kinds:
         raise ValueError(f"{cfg.model_type} layers are {' and '.join(sorted(kinds))}, not {kind!r}")
-    if phase not in ("prefill", "decode"):
-        raise ValueError(f"unknown phase {phase!r}")
+    phase = as_phase(phase)
     h, nh, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.attention_head_dim
     b = _builder(cfg, f"{cfg.name}.{kind}.{phase}")
     _projections(b, cfg)
@@ -210,7 +211,7 @@ def build_layer(
         "o_proj", "attn_out", "attn_proj", nh * hd, h, tp=TPMode.ROW, bias="o_proj" in cfg.biased
     )
     b.act("h_attn", *TOKENS, h)
-    b.op("attn_residual", "elementwise", ["x", "attn_proj"], ["h_attn"], tp=TPMode.TOKEN)
+    b.op("attn_residual", OpKind.ELEMENTWISE, ["x", "attn_proj"], ["h_attn"], tp=TPMode.TOKEN)
     if isinstance(cfg, MoEConfig) and kind == "moe":
         moe_ffn(b, "h_attn", _moe(cfg))
     else:
