@@ -199,6 +199,9 @@ class Graph:
         self.ops: dict[str, Op] = {}
         self.dag: nx.DiGraph = nx.DiGraph()
         self.producer: dict[str, str] = {}
+        # answers to queries the passes ask once per op, cleared whenever an op is added
+        self._order: list[str] | None = None
+        self._consumers: dict[str, list[str]] | None = None
 
     # building -----------------------------------------------------------------------------
     def tensor(self, t: Tensor) -> Tensor:
@@ -214,6 +217,7 @@ class Graph:
             if name not in self.tensors:
                 raise ValueError(f"op {op.name} uses undeclared tensor {name}")
         self.ops[op.name] = op
+        self._order = self._consumers = None
         self.dag.add_node(op.name)
         for out in op.outputs:
             if out in self.producer:
@@ -230,8 +234,10 @@ class Graph:
     # queries ------------------------------------------------------------------------------
     def order(self) -> list[str]:
         """Op names in a deterministic topological order (build order breaks ties)."""
-        index = {name: i for i, name in enumerate(self.ops)}
-        return list(nx.lexicographical_topological_sort(self.dag, key=lambda n: index[n]))
+        if self._order is None:
+            index = {name: i for i, name in enumerate(self.ops)}
+            self._order = list(nx.lexicographical_topological_sort(self.dag, key=index.__getitem__))
+        return list(self._order)
 
     def __iter__(self) -> Iterator[Op]:
         return (self.ops[n] for n in self.order())
@@ -240,7 +246,14 @@ class Graph:
         return len(self.ops)
 
     def consumers(self, tensor: str) -> list[str]:
-        return [n for n, op in self.ops.items() if tensor in op.inputs]
+        """Ops that read `tensor`, in build order."""
+        if self._consumers is None:
+            index: dict[str, list[str]] = {}
+            for n, op in self.ops.items():
+                for t in dict.fromkeys(op.inputs):
+                    index.setdefault(t, []).append(n)
+            self._consumers = index
+        return list(self._consumers.get(tensor, ()))
 
     def graph_inputs(self) -> list[str]:
         used = {t for op in self.ops.values() for t in op.inputs}
