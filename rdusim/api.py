@@ -11,15 +11,17 @@ takes them) returns the program and simulation result as well, with the report a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rdusim.compiler.capacity import max_batch, not_even_one
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
 from rdusim.errors import InfeasibleError, SpecError
 from rdusim.report.schema import build_report
-from rdusim.serving.capacity import max_batch, not_even_one
+from rdusim.search.mapper import AutoMapping, SearchOptions, auto_map
 from rdusim.sim.model import SimResult, simulate
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import ResolvedMapping, load_mapping
@@ -31,10 +33,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class MapRun:
-    mapping: ResolvedMapping
+    mapping: ResolvedMapping  # with kernels written out when the auto-mapper chose them
     program: Program
     result: SimResult | None
     report: dict[str, Any]
+    auto: AutoMapping | None = None  # the search behind `kernels: auto`
 
 
 def calibration_summary(rm: ResolvedMapping) -> dict[str, Any]:
@@ -68,6 +71,8 @@ def run_mapping(
     trace: bool = False,
     sockets: int = 1,
     hardware: Hardware | None = None,
+    search: SearchOptions | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> MapRun:
     """Compile and simulate a mapping file, shipped name, `Mapping` or dict, with `--set`-style
     `overrides`; `hardware` replaces the one the mapping names (what-ifs, calibration)."""
@@ -76,7 +81,13 @@ def run_mapping(
     else:
         rm = _resolve_editable(path, overrides or [])
     return run_resolved(
-        rm, simulate_it=simulate_it, trace=trace, sockets=sockets, hardware=hardware
+        rm,
+        simulate_it=simulate_it,
+        trace=trace,
+        sockets=sockets,
+        hardware=hardware,
+        search=search,
+        progress=progress,
     )
 
 
@@ -126,10 +137,18 @@ def run_resolved(
     trace: bool = False,
     sockets: int = 1,
     hardware: Hardware | None = None,
+    search: SearchOptions | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> MapRun:
-    """Compile (resolving `batch: max`) and simulate an already loaded mapping."""
+    """Compile (resolving `batch: max`) and simulate an already loaded mapping; `kernels: auto`
+    is resolved by the auto-mapper's search first (`search` sets its objective and how many
+    alternatives it reports)."""
     if hardware is not None:
         rm = replace(rm, hardware=hardware)
+    auto: AutoMapping | None = None
+    if rm.spec.kernels == "auto":
+        auto = auto_map(rm, search, progress=progress)
+        rm = auto.mapping
     capacity_batch, program = _compile(rm)
     result = simulate(program, rm.hardware, trace=trace, sockets=sockets) if simulate_it else None
     extra: dict[str, Any] = {}
@@ -141,7 +160,11 @@ def run_resolved(
         program, result, snapstream_extra=extra, calibration=calibration_summary(rm)
     )
     report["max_batch_size"] = capacity_batch
-    return MapRun(rm, program, result, report)
+    if auto is not None:
+        report["auto_mapping"] = auto.summary()
+        if search is not None and search.alternatives:
+            report["alternatives"] = auto.alternatives_json()
+    return MapRun(rm, program, result, report, auto)
 
 
 def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:

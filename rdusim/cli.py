@@ -73,9 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true", help="print the JSON report")
     m.set_defaults(func=_cmd_model)
 
-    from rdusim import cli_commands
+    from rdusim import cli_commands, cli_serve
 
     cli_commands.register(sub)
+    cli_serve.register(sub)
     return p
 
 

@@ -17,11 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdusim.errors import SpecError
+from rdusim.search.objective import Objective
 from rdusim.serving.executors import ExecutorKind
 from rdusim.spec.yamlio import check_path
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rdusim.api import MapRun
+    from rdusim.search.mapper import SearchOptions
     from rdusim.spec.hardware import Hardware
     from rdusim.validation.cells import Cell
 
@@ -173,8 +177,10 @@ def _map_outputs(args: argparse.Namespace) -> dict[str, Path]:
             outputs[key] = output_file(getattr(args, attr), key, "trace.json")
     if args.out is not None:
         outputs["--out"] = output_dir(args.out, "--out", ["report.json"]) / "report.json"
+    if args.emit_mapping is not None:
+        outputs["--emit-mapping"] = output_file(args.emit_mapping, "--emit-mapping", "auto.yaml")
     seen: dict[Path, str] = {}
-    for key in ("--out", "--trace", "--trace-full"):
+    for key in ("--out", "--trace", "--trace-full", "--emit-mapping"):
         if key not in outputs:
             continue
         other = seen.setdefault(outputs[key].resolve(), key)
@@ -211,12 +217,15 @@ def _cmd_map(args: argparse.Namespace) -> int:
 
     outputs = _map_outputs(args)
     _check_mapping_paths(args.mapping, args.set)
+    search = _search_options(args)
     traced = any(key in outputs for key, _ in _TRACES)
-    run = run_mapping(args.mapping, args.set, trace=traced)
+    run = run_mapping(args.mapping, args.set, trace=traced, search=search, progress=_progress(args))
     report = run.report
     files = _trace_files(run, outputs) if traced else {}
     if "--out" in outputs:
         files[outputs["--out"]] = dump_json(report)
+    if "--emit-mapping" in outputs:
+        files[outputs["--emit-mapping"]] = _emitted(run, outputs["--emit-mapping"], args.set)
     write_outputs(files, {path: key for key, path in outputs.items()})
     if args.json:
         print(dump_json(report), end="")
@@ -231,7 +240,78 @@ def _cmd_map(args: argparse.Namespace) -> int:
             print(f"wrote trace {outputs[key]} (open it in ui.perfetto.dev)", file=notes)
     if "--out" in outputs:
         print(f"wrote report {outputs['--out']}", file=notes)
+    if "--emit-mapping" in outputs:
+        print(f"wrote mapping {outputs['--emit-mapping']}", file=notes)
     return 0
+
+
+def _search_options(args: argparse.Namespace) -> SearchOptions | None:
+    """The auto-mapper's options, refused when the mapping's kernels are written out."""
+    from rdusim.search.mapper import SearchOptions
+
+    given = [
+        flag
+        for flag, value in (
+            ("--objective", args.objective),
+            ("--latency-bound", args.latency_bound),
+            ("--alternatives", args.alternatives or None),
+        )
+        if value is not None
+    ]
+    if args.alternatives < 0:
+        raise SpecError(
+            f"must be 0 or more, got {args.alternatives}", key="--alternatives", fix="e.g. 3"
+        )
+    if args.latency_bound is not None and not args.latency_bound > 0:
+        raise SpecError(
+            f"must be a positive number of seconds, got {args.latency_bound}",
+            key="--latency-bound",
+            fix="e.g. --latency-bound 0.05",
+        )
+    if not given:
+        return None
+    if not _is_auto(args.mapping, args.set):
+        raise SpecError(
+            "this mapping lists its kernels, so there is nothing to search",
+            key=given[0],
+            fix="add --set kernels=auto to let the auto-mapper choose them",
+        )
+    return SearchOptions(
+        objective=Objective(args.objective) if args.objective else None,
+        latency_bound_s=args.latency_bound,
+        alternatives=args.alternatives,
+    )
+
+
+def _is_auto(mapping: str, overrides: list[str]) -> bool:
+    from rdusim.spec.mapping import load_mapping
+
+    return load_mapping(mapping, overrides).spec.kernels == "auto"
+
+
+def _progress(args: argparse.Namespace) -> Callable[[str], None] | None:
+    """Search progress on stderr, when a person is watching it."""
+    if not sys.stderr.isatty():
+        return None
+    return lambda message: print(f"auto-mapper: {message.strip()}", file=sys.stderr)
+
+
+def _emitted(run: MapRun, path: Path, overrides: list[str]) -> str:
+    """The mapping that ran, as a file's text; hardware overrides cannot be part of it."""
+    from rdusim.mapping_api import Mapping, auto_mapping_text
+
+    roots = ("hardware.", "calibration.")
+    hardware = [o for o in overrides if o.split("=", 1)[0].strip().startswith(roots)]
+    if hardware:
+        print(
+            "note: --set " + ", ".join(hardware) + " changed the hardware, which a mapping "
+            "file only names; run the written mapping with the same --set",
+            file=sys.stderr,
+        )
+    if run.auto is not None:
+        return auto_mapping_text(run.auto, path)
+    rm = run.mapping
+    return Mapping.from_spec(rm.spec, file=rm.source.file).yaml_text(path.resolve().parent)
 
 
 def _hardware(name_or_path: str | None) -> Hardware | None:
@@ -645,6 +725,35 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--ops",
         action="store_true",
         help="also print per-op sharding, busy/stall time and bounds, and each collective",
+    )
+    auto = m.add_argument_group(
+        "auto-mapping (kernels: auto, or --set kernels=auto)",
+        "the auto-mapper searches fusion, sharding, K/V tiling and kernel looping",
+    )
+    auto.add_argument(
+        "--objective",
+        choices=[o.value for o in Objective],
+        help="what to optimise (default: ttft in prefill; in decode, throughput at batch: max, "
+        "else step-time)",
+    )
+    auto.add_argument(
+        "--latency-bound",
+        type=float,
+        metavar="SECONDS",
+        help="per-step bound for --objective throughput-under-latency",
+    )
+    auto.add_argument(
+        "--alternatives",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also report the N best runner-up mappings (JSON key alternatives)",
+    )
+    m.add_argument(
+        "--emit-mapping",
+        metavar="OUT.yaml",
+        help="write the mapping that ran (the auto-mapper's choice, or the file with its --set "
+        "overrides applied) as an ordinary mapping file that reproduces the result",
     )
     m.set_defaults(func=_cmd_map)
 

@@ -19,7 +19,7 @@ import io
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from ruamel.yaml import YAML
@@ -39,6 +39,9 @@ from rdusim.spec.mapping import (
 )
 from rdusim.spec.overrides import Override, apply_kernel_overrides, set_path
 from rdusim.spec.yamlio import did_you_mean, dotted, read_document, to_plain, validate
+
+if TYPE_CHECKING:
+    from rdusim.search.mapper import AutoMapping
 
 Finder = Callable[[str, Path | None], Path | None]
 
@@ -148,7 +151,12 @@ class Mapping:
         from rdusim.report.tables import write_files
 
         target = Path(path)
-        data = self._portable(target.resolve().parent)
+        write_files({target: self.yaml_text(target.resolve().parent)})
+        return target
+
+    def yaml_text(self, target_dir: Path) -> str:
+        """The text of a mapping file in `target_dir` that gives the same result."""
+        data = self._portable(target_dir)
         yaml = YAML(typ="rt")
         yaml.default_flow_style = None  # lists of ops and {tp: 16} on one line
         yaml.indent(mapping=2, sequence=4, offset=2)
@@ -157,8 +165,12 @@ class Mapping:
         yaml.dump(data, text)
         # a wrapped flow list leaves a space at the end of the line; YAML ignores it there
         lines = (line.rstrip() for line in text.getvalue().splitlines())
-        write_files({target: "\n".join(lines) + "\n"})
-        return target
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_spec(cls, spec: MappingSpec, file: str | None = None) -> Mapping:
+        """A mapping holding `spec`; relative paths in it are taken from `file`'s directory."""
+        return cls(_plain(spec), file=file)
 
     def copy(self) -> Mapping:
         """An independent copy: editing one leaves the other unchanged."""
@@ -545,3 +557,22 @@ def _find_hardware(text: str, base: Path | None) -> Path | None:
 def _find_relative(text: str, base: Path | None) -> Path | None:
     path = (base or Path(".")) / text
     return path.resolve() if path.is_file() else None
+
+
+def auto_mapping_text(auto: AutoMapping, target: Path) -> str:
+    """A mapping file for `target` that reproduces the search's result when run, headed by a
+    comment saying what was searched for and why each kernel boundary is where it is."""
+    rm = auto.mapping
+    m = Mapping.from_spec(rm.spec, file=rm.source.file)
+    lines = [
+        f"# Chosen by rdusim's auto-mapper for objective {auto.objective.value} at batch "
+        f"{auto.batch}"
+        + (", kernel looping" if auto.chosen.looped else "")
+        + f" ({auto.candidates_built} candidate kernels, {auto.candidates_simulated} mappings "
+        "simulated).",
+    ]
+    for kind, plan in auto.chosen.plans.items():
+        lines.append(f"# {kind} layers: {plan.label}.")
+        for b in auto.boundaries.get(kind, []):
+            lines.append(f"#   {b.after} | {b.before}: {b.reason.value} ({b.detail})")
+    return "\n".join(lines) + "\n" + m.yaml_text(target.resolve().parent)

@@ -464,3 +464,59 @@ def test_text_report_shows_attention_sharding(run_cli, mappings_dir, monkeypatch
     assert len(mla) == 2 and all("tp16 (attention sp16)" in line for line in mla)
     assert "attention [sp16]" in out  # marked in the kernel's op list
     assert any(line.split()[:2] == ["op", "sharding"] for line in out.splitlines())
+
+
+# --------------------------------------------------------------------------------------------
+# auto-mapper options: refused before any search when they cannot apply
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--objective", "ttft"], ["--objective", "nothing to search", "kernels=auto"]),
+        (["--alternatives", "2"], ["--alternatives", "kernels=auto"]),
+        (
+            ["--set", "kernels=auto", "--objective", "ttft"],
+            ["--objective", "for prefill", "step-time"],
+        ),
+        (
+            ["--set", "kernels=auto", "--objective", "throughput-under-latency"],
+            ["--latency-bound", "needs a bound"],
+        ),
+        (
+            ["--set", "kernels=auto", "--latency-bound", "0.1"],
+            ["--latency-bound", "throughput-under-latency"],
+        ),
+        (["--set", "kernels=auto", "--latency-bound", "-1"], ["--latency-bound", "positive"]),
+        (["--set", "kernels=auto", "--alternatives", "-1"], ["--alternatives", "0 or more"]),
+    ],
+)
+def test_auto_mapper_options_that_cannot_apply_are_user_errors(run_cli, args, needles):
+    code, out, err = run_cli(["map", "r1_decode", *args])
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and "fix:" in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def test_emit_mapping_writes_the_hand_mapping_with_its_overrides(run_cli, tmp_path):
+    out = tmp_path / "mine.yaml"
+    code, text, err = run_cli(
+        ["map", "llama31_8b_decode", "--set", "batch=2", "--emit-mapping", out, "--json"]
+    )
+    assert code == 0, err
+    first = json.loads(text)
+    data = YAML(typ="safe").load(out.read_text())
+    assert data["batch"] == 2 and data["kernels"]["dense"][0]["name"] == "Decoder"
+    code, text, err = run_cli(["map", out, "--json"])
+    assert code == 0, err
+    assert json.loads(text)["total_latency_s"] == first["total_latency_s"]
+
+
+def test_emit_mapping_refuses_a_directory(run_cli, tmp_path):
+    assert_user_error(
+        run_cli(["map", "llama31_8b_decode", "--emit-mapping", tmp_path]),
+        tmp_path,
+        "--emit-mapping",
+        "is a directory",
+    )

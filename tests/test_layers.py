@@ -4,6 +4,8 @@
   serving or report layers, so the IR can be reused and tested on its own;
 - `rdusim.sim` times the compiler's output (`rdusim.compiler.program`) but runs none of the
   compiler passes, so the simulator cannot quietly re-decide a mapping;
+- `rdusim.cost` (the closed-form kernel cost) neither runs the simulator nor a compiler pass, so
+  the search's ranking and the simulator's answer stay two independent models;
 - nothing imports `rdusim.cli`: the command line sits on top of everything.
 
 Every import statement counts (module level, inside functions, under `TYPE_CHECKING`), and so do
@@ -43,6 +45,11 @@ CONTRACTS = (
         "sim-uses-no-compiler-pass",
         ("rdusim.sim",),
         tuple(f"rdusim.compiler.{name}" for name in COMPILER_PASSES),
+    ),
+    Contract(
+        "cost-model-simulates-nothing",
+        ("rdusim.cost",),
+        ("rdusim.sim", *(f"rdusim.compiler.{name}" for name in COMPILER_PASSES)),
     ),
     Contract(
         "nothing-imports-cli",

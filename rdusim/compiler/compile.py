@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from rdusim.compiler.allocate import allocate
@@ -12,7 +14,7 @@ from rdusim.compiler.experts import ExpertLoading, Routing
 from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
 from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
 from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, OpPlan, Program
-from rdusim.compiler.sharding import ShardContext, shard
+from rdusim.compiler.sharding import LayerInput, ShardContext, shard
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import ModelGraphs, build_model
@@ -74,6 +76,19 @@ def _tiles(
     return max(1, math.ceil(wl.tokens / tile)), tile
 
 
+def shard_context(fused: list[FusedKernel], wl: Workload, ctx: CompileContext) -> ShardContext:
+    """What the sharding pass needs for one layer's fused kernels."""
+    hw = ctx.hw
+    return ShardContext(
+        workload=wl,
+        sockets=hw.sockets,
+        prefill=ctx.phase == Phase.PREFILL,
+        topology=Topology(hw.links.topology),
+        kv_blocks={fk.spec.name: fk.spec.tiling.kv_block for fk in fused},
+        routing=ctx.routing,
+    )
+
+
 def build_kernels(
     graph: Graph,
     fused: list[FusedKernel],
@@ -81,23 +96,18 @@ def build_kernels(
     wl: Workload,
     ctx: CompileContext,
     check: bool = True,
+    only: Collection[str] | None = None,
+    layer_input: LayerInput | None = None,
 ) -> list[Kernel]:
+    """The kernels of one layer graph; `only` names the kernels to build (the sharding pass still
+    sees them all, since layouts and traffic at a kernel's edges depend on its neighbours), and
+    `layer_input` is the layer input's layout when a caller already knows it (`shard`)."""
     hw = ctx.hw
-    sharded = shard(
-        graph,
-        fused,
-        kind,
-        ShardContext(
-            workload=wl,
-            sockets=hw.sockets,
-            prefill=ctx.phase == Phase.PREFILL,
-            topology=Topology(hw.links.topology),
-            kv_blocks={fk.spec.name: fk.spec.tiling.kv_block for fk in fused},
-            routing=ctx.routing,
-        ),
-    )
+    sharded = shard(graph, fused, kind, shard_context(fused, wl, ctx), layer_input)
     kernels: list[Kernel] = []
     for fk in fused:
+        if only is not None and fk.spec.name not in only:
+            continue
         ops = [sharded.ops[n] for n in fk.ops]
         tiles, tile_tokens = _tiles(fk.spec, ops, wl, ctx)
         k = Kernel(
@@ -141,6 +151,24 @@ def _snapstream_op_names(model: ModelSpec, kind: str, plain: Graph) -> set[str]:
     return set(probe.layers[kind].ops) - set(plain.ops)
 
 
+def compile_context(rm: ResolvedMapping) -> CompileContext:
+    """The settings every layer of a mapping's compile shares."""
+    hw = rm.hardware
+    tile = prefill_tile_tokens(
+        rm.model.hidden_size, rm.model.bytes_of("activations"), hw.socket.pmu_bytes
+    )
+    return CompileContext(hw, Phase(rm.spec.phase), tile, _routing(rm))
+
+
+def layer_workload(rm: ResolvedMapping, batch: int) -> Workload:
+    """The decoder layers' workload of a mapping at `batch`."""
+    spec = rm.spec
+    phase = Phase(spec.phase)
+    ss = snapstream_sizes(spec, rm.source.file)
+    verified = spec.mtp.verified_tokens if phase == Phase.DECODE else 1
+    return workload_for(phase, batch, spec.seq_len, ss, verified)
+
+
 def _routing(rm: ResolvedMapping) -> Routing:
     r = rm.spec.moe.routing
     return Routing(
@@ -181,14 +209,20 @@ def _layer_kernels(
     return build_kernels(graph, fused, kind, wl, ctx)
 
 
+def looped_form(kernel: Kernel, hw: Hardware) -> Kernel:
+    """`kernel` as a looped call runs it: streaming the next iteration's weights during this
+    one when one more iteration's worth fits in SRAM beside the kernel (Koeplinger et al.'s
+    pipelined outer loop), else as is."""
+    extra = kernel.streamed_weight_bytes
+    if kernel.sram_bytes + extra > hw.socket.sram_bytes:
+        return kernel
+    return dataclasses.replace(
+        kernel, prefetch_iteration=True, sram_bytes=kernel.sram_bytes + extra
+    )
+
+
 def _plan_looped(kernels: list[Kernel], hw: Hardware) -> None:
-    """A looped kernel streams the next iteration's weights during this one when one more
-    iteration's worth fits in SRAM beside the kernel (Koeplinger et al.'s pipelined outer loop)."""
-    for k in kernels:
-        extra = k.streamed_weight_bytes
-        if k.sram_bytes + extra <= hw.socket.sram_bytes:
-            k.prefetch_iteration = True
-            k.sram_bytes += extra
+    kernels[:] = [looped_form(k, hw) for k in kernels]
 
 
 def _check_looping(kind: str, kernels: list[Kernel]) -> None:
@@ -296,22 +330,14 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         raise SpecError(
             "batch 'max' must be resolved before compiling",
             key="batch",
-            fix="use rdusim.serving.capacity.max_batch or give a number",
+            fix="use rdusim.compiler.capacity.max_batch or give a number",
         )
     phase = Phase(spec.phase)
     try:
         ss = snapstream_sizes(spec, rm.source.file)
         graphs = build_model(rm.model, phase, ss)
-        verified = spec.mtp.verified_tokens if phase == Phase.DECODE else 1
-        wl = workload_for(phase, b, spec.seq_len, ss, verified)
-        ctx = CompileContext(
-            hw,
-            phase,
-            prefill_tile_tokens(
-                rm.model.hidden_size, rm.model.bytes_of("activations"), hw.socket.pmu_bytes
-            ),
-            _routing(rm),
-        )
+        wl = layer_workload(rm, b)
+        ctx = compile_context(rm)
         layers: dict[str, LayerProgram] = {}
         for kind, graph in graphs.layers.items():
             kernels = _layer_kernels(spec, rm, graph, kind, wl, ctx)

@@ -275,6 +275,15 @@ class ShardedLayer:
     collectives: list[Collective]
     host: dict[int, str]  # collective index -> op whose kernel hosts it
     layouts: dict[str, Layout]
+    layer_input: LayerInput  # how the layer's input arrived (the previous layer's output)
+
+
+@dataclass(frozen=True)
+class LayerInput:
+    """Layouts, and the sockets a split spans, of a layer's input tensors."""
+
+    layouts: dict[str, Layout]
+    degrees: dict[str, int]
 
 
 @dataclass
@@ -502,20 +511,35 @@ def _correct_converted_writes(
         prod.hbm_write = max(0.0, prod.hbm_write + nbytes * (now - was))
 
 
-def shard(graph: Graph, fused: list[FusedKernel], kind: str, ctx: ShardContext) -> ShardedLayer:
+def shard(
+    graph: Graph,
+    fused: list[FusedKernel],
+    kind: str,
+    ctx: ShardContext,
+    layer_input: LayerInput | None = None,
+) -> ShardedLayer:
     """Split every op of a fused layer over the sockets and insert the collectives it needs.
 
     Two passes: the layer's input arrives in the layout the previous layer (the same graph)
-    leaves its output in, which is known only after one pass.
+    leaves its output in, which is known only after one pass. Layouts do not depend on where
+    kernel boundaries fall, so a caller compiling many fusions of one layer under the same
+    shardings may pass the `layer_input` an earlier result found and skip the first pass.
     """
     kernel_of = {n: fk for fk in fused for n in fk.ops}
     layer_in = graph.graph_inputs()
-    st = _State(layouts=dict.fromkeys(layer_in, R))
-    for _pass in range(2):
-        st = _State(
-            layouts={t: st.layouts.get(t, R) for t in layer_in},
-            degrees={t: st.degrees.get(t, 1) for t in layer_in},
+    if layer_input is None:
+        st = _State(layouts=dict.fromkeys(layer_in, R))
+        passes = 2
+    else:
+        st = _State(layouts=dict(layer_input.layouts), degrees=dict(layer_input.degrees))
+        passes = 1
+    start = LayerInput({}, {})
+    for _pass in range(passes):
+        start = LayerInput(
+            {t: st.layouts.get(t, R) for t in layer_in},
+            {t: st.degrees.get(t, 1) for t in layer_in},
         )
+        st = _State(layouts=dict(start.layouts), degrees=dict(start.degrees))
         for op in graph:
             st.plans[op.name] = _plan_op(graph, op, kernel_of[op.name], kernel_of, kind, st, ctx)
         _correct_converted_writes(graph, st, kernel_of, ctx.workload, ctx.prefill)
@@ -525,4 +549,4 @@ def shard(graph: Graph, fused: list[FusedKernel], kind: str, ctx: ShardContext) 
             if graph.tensors[t].kind != TensorKind.CACHE:
                 st.layouts[t] = final
                 st.degrees[t] = st.degrees.get(outs[0], 1) if outs else 1
-    return ShardedLayer(st.plans, st.colls, st.host, st.layouts)
+    return ShardedLayer(st.plans, st.colls, st.host, st.layouts, start)

@@ -143,9 +143,45 @@ def render_map_report(r: dict[str, Any], width: int | None = None) -> str:
         lines += _kernel_table(layer["kernels"], width)
         lines.append("")
     lines += _extras_lines(r, width)
+    lines += _auto_lines(r, width)
     summary = [wrap_text(text, width, subsequent="  ") for text in _summary(r)]
     lines += [*summary[:-1], *_calibration_lines(r, width), summary[-1]]
     return "\n".join(lines)
+
+
+def _auto_lines(r: dict[str, Any], width: int) -> list[str]:
+    """What the auto-mapper chose and why: objective, plans, each kernel boundary's reason,
+    and the runner-ups it simulated."""
+    a = r.get("auto_mapping")
+    if not a:
+        return []
+    plans = "; ".join(f"{kind}: {label}" for kind, label in a["sharding_plans"].items())
+    head = (
+        f"auto-mapping: objective {a['objective']}, batch {a['batch']}, "
+        f"{'kernel looping, ' if a['kernel_looping'] else ''}plans ({plans}); "
+        f"{a['candidate_kernels_built']} candidate kernels costed in closed form, "
+        f"{a['mappings_simulated']} mappings simulated, {a['search_seconds']:.1f} s"
+    )
+    lines = [wrap_text(head, width, subsequent="  ")]
+    for kind, bounds in a["boundaries"].items():
+        for b in bounds:
+            text = f"  {kind}: cut {b['after']} | {b['before']}: {b['reason']}"
+            if b["detail"]:
+                text += f" ({b['detail']})"
+            lines.append(wrap_text(text, width, subsequent="      "))
+    for i, alt in enumerate(r.get("alternatives") or [], start=1):
+        key = "throughput_tokens_per_s" if "throughput_tokens_per_s" in alt else "total_latency_s"
+        value = (
+            f"{alt[key]:.0f} tokens/s" if key == "throughput_tokens_per_s" else seconds(alt[key])
+        )
+        kernels = "; ".join(
+            f"{kind}: " + ", ".join(k["name"] for k in ks) for kind, ks in alt["kernels"].items()
+        )
+        looping = ", looped" if alt["kernel_looping"] else ""
+        lines.append(
+            wrap_text(f"  alternative {i}: {value}{looping}; {kernels}", width, subsequent="      ")
+        )
+    return [*lines, ""]
 
 
 def _extras_lines(r: dict[str, Any], width: int) -> list[str]:

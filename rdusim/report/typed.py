@@ -145,6 +145,39 @@ class CalibrationEntry(_Part):
     fitted_on: str | None
 
 
+class BoundaryReport(_Part):
+    """Why two neighbouring kernels of an auto-mapped layer are not one."""
+
+    after: str
+    before: str
+    reason: str
+    detail: str
+
+
+class AutoMappingReport(_Part):
+    """What the auto-mapper's search chose and weighed."""
+
+    objective: str
+    batch: int
+    kernel_looping: bool
+    sharding_plans: dict[str, str]
+    boundaries: dict[str, list[BoundaryReport]]
+    estimated_layers_s: Num
+    candidate_kernels_built: int
+    mappings_simulated: int
+    search_seconds: Num
+
+
+class AlternativeReport(_Part):
+    """A runner-up mapping: its simulated objective and its kernels, as a mapping lists them."""
+
+    total_latency_s: Num | None = None
+    throughput_tokens_per_s: Num | None = None
+    kernel_looping: bool
+    sharding_plans: dict[str, str]
+    kernels: dict[str, list[dict[str, Any]]]
+
+
 class Report(_Part):
     """What `rdusim map --json` prints, with typed attributes.
 
@@ -179,6 +212,8 @@ class Report(_Part):
     tpot_s: Num | None
     throughput_tokens_per_s: Num | None
     calibration: dict[str, CalibrationEntry] | None
+    auto_mapping: AutoMappingReport | None = None  # kernels: auto only
+    alternatives: list[AlternativeReport] | None = None  # with --alternatives N
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data, key for key the dict it was built from."""

@@ -20,22 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from rdusim.compiler.collectives import CollectiveKind, Topology, collective_cost
 from rdusim.compiler.program import Kernel
+from rdusim.cost.calls import call_cost
 from rdusim.sim.engine import MAX_SIM_TILES, OpTiming, PipelineRun, Slice, simulate_pipeline
 from rdusim.spec.hardware import Hardware
-from rdusim.spec.mapping import Orchestration
-
-
-def call_cost(hw: Hardware, orchestration: Orchestration | str) -> float:
-    """Seconds of one kernel call issued by the host (software) or the AGCUs (hardware)."""
-    cal = hw.calibration
-    if Orchestration(orchestration) == Orchestration.SOFTWARE:
-        return cal.software_call_s
-    barrier = collective_cost(
-        CollectiveKind.ALL_GATHER, 0.0, hw.sockets, Topology(hw.links.topology)
-    )
-    return cal.hardware_call_s + barrier.rounds * hw.links.p2p_latency_s
 
 
 @dataclass

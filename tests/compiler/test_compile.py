@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from rdusim.compiler.collectives import CollectiveKind
 from rdusim.compiler.compile import (
     CompileContext,
-    _plan_looped,
     _tiles,
     build_kernels,
     compile_mapping,
+    looped_form,
     prefill_tile_tokens,
     workload_for,
 )
@@ -399,8 +399,8 @@ def test_a_looped_kernel_prefetches_only_what_fits():
         return Kernel("k", [p], sram_bytes=sram)
 
     room = hardware().socket.sram_bytes
-    fits, tight = kernel(room - 30e6), kernel(room - 29e6)
-    _plan_looped([fits, tight], hardware())
+    fits = looped_form(kernel(room - 30e6), hardware())
+    tight = looped_form(kernel(room - 29e6), hardware())
     assert fits.prefetch_iteration and fits.sram_bytes == room
     assert not tight.prefetch_iteration and tight.sram_bytes == room - 29e6
 

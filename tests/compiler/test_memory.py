@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rdusim.compiler.capacity import max_batch
 from rdusim.compiler.compile import CompileContext, build_kernels, compile_mapping, workload_for
 from rdusim.compiler.fusion import fuse
 from rdusim.compiler.memory import (
@@ -20,7 +21,6 @@ from rdusim.compiler.program import HBMPlan, LayerProgram
 from rdusim.errors import SpecError
 from rdusim.ir.builders import deepseek, llama
 from rdusim.ir.graph import Phase, Workload
-from rdusim.serving.capacity import max_batch
 from rdusim.spec.hardware import load_hardware
 from rdusim.spec.mapping import KernelSpec, Sharding, Tiling, load_mapping
 

@@ -1,4 +1,4 @@
-"""`rdusim.serving.capacity.max_batch`: the largest power of two whose HBM plan fits."""
+"""`rdusim.compiler.capacity.max_batch`: the largest power of two whose HBM plan fits."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from rdusim.compiler.capacity import max_batch
 from rdusim.compiler.compile import compile_mapping
 from rdusim.errors import InfeasibleError
-from rdusim.serving.capacity import max_batch
 from rdusim.spec.mapping import load_mapping
 from rdusim.validation.calibrate import with_calibration
 

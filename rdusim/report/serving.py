@@ -1,0 +1,252 @@
+"""What `rdusim serve` shows and writes: terminal text, JSON, per-request CSV, and figures.
+
+Figures are `matplotlib.figure.Figure`s built without pyplot state (like `rdusim.report.plots`):
+
+* `latency_cdf_figure`: empirical CDFs of TTFT, TPOT and end-to-end latency, one line per run,
+  with the SLOs marked;
+* `throughput_tpot_figure`: output-token throughput against median TPOT over a sweep of arrival
+  rates, one line per setting (with and without SnapStream, say), each marker labelled with its
+  rate: moving right along a line is paying latency for throughput, and a line above another
+  delivers more tokens at the same TPOT;
+* `occupancy_figure`: occupied decode slots over time.
+
+JSON is written with sorted keys and the metrics' rounded floats, so the same inputs give the
+same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from rdusim.report.console import seconds, si, table
+from rdusim.report.tables import to_csv
+
+STAT_KEYS = ("p50", "p90", "p99", "mean")
+LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end to end"))
+REQUEST_COLUMNS = (
+    "point",
+    "id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "graph_len",
+    "prefill_node",
+    "prefill_start_s",
+    "first_token_s",
+    "decode_node",
+    "slot",
+    "transfer_start_s",
+    "transfer_end_s",
+    "last_token_s",
+    "steps",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+)
+
+
+def dumps(data: Any) -> str:
+    """JSON text with sorted keys: the same data always gives the same bytes."""
+    return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def _s(value: float | None) -> str:
+    return seconds(value)
+
+
+def _deployment_line(doc: Mapping[str, Any]) -> str:
+    dep = doc["deployment"]
+    if dep["mode"] == "colocated":
+        nodes = dep["nodes"]
+        where = f"colocated, {nodes} node{'s' if nodes != 1 else ''}, policy {dep['policy']}"
+    else:
+        where = (
+            f"disaggregated, {dep['prefill_nodes']} prefill + {dep['decode_nodes']} decode "
+            f"node(s), KV link {si(dep['kv_link_bandwidth'], 'B/s')}"
+        )
+    return f"{where}; decode step cost: {dep['decode_step']}"
+
+
+def _graphs_line(doc: Mapping[str, Any]) -> str:
+    g = doc["graphs"]
+    prefill = ", ".join(f"{n} tokens {_s(t)}" for n, t in g["prefill_s"].items())
+    ss = "SnapStream" if g["snapstream"] else "no SnapStream"
+    return (
+        f"decode graph: {g['decode_slots']} slots x {g['cache_len']} positions ({ss}), step "
+        f"{_s(g['decode_step_s'])}, {g['tokens_per_step']:g} tokens/step; prefill graph(s): "
+        f"{prefill}"
+    )
+
+
+def render_point(doc: Mapping[str, Any]) -> str:
+    """One run: what ran, the latency table, then throughput, goodput and occupancy."""
+    settings = doc["settings"]
+    slo = settings["slo"]
+    head = [
+        f"serving {settings['workload'] or 'workload'}: {doc['requests']} requests, "
+        f"{doc['completed']} completed in {_s(doc['duration_s'])}",
+        _deployment_line(doc),
+        _graphs_line(doc),
+    ]
+    rows = [[label, *(_s(doc[key][k]) for k in STAT_KEYS)] for key, label in LATENCIES]
+    lat = table(["latency", *STAT_KEYS], rows, "<>>>>")
+    occ = doc["slot_occupancy"]
+    rate = doc["arrival_rate"]
+    tail = [
+        f"throughput      {doc['throughput_tokens_per_s'] or 0:,.1f} output tokens/s "
+        f"({doc['output_tokens']:,} tokens)",
+        f"goodput         {doc['goodput_requests_per_s'] or 0:.4g} requests/s meet TTFT <= "
+        f"{slo['ttft_s']:g} s and TPOT <= {slo['tpot_s']:g} s "
+        f"({100 * (doc['slo_attainment'] or 0):.1f}% of requests)",
+        f"arrivals        {rate:.4g} requests/s measured; {doc['mean_requests_in_system']:.4g} "
+        "in the system on average"
+        if rate is not None
+        else f"arrivals        {doc['requests']} request(s)",
+        f"slot occupancy  {100 * (occ['mean'] or 0):.1f}% of {occ['slots']} decode slots",
+    ]
+    return "\n".join([*head, "", lat, "", *tail])
+
+
+def point_label(doc: Mapping[str, Any], with_rate: bool = True) -> str:
+    """The settings that tell runs apart: the `--set` values, and the rate."""
+    parts = [f"{k}={v}" for k, v in sorted(doc["settings"]["set"].items())]
+    if with_rate and doc["settings"]["rate"] is not None:
+        parts.append(f"rate={doc['settings']['rate']:g}")
+    return ", ".join(parts)
+
+
+def render_points(docs: Sequence[Mapping[str, Any]]) -> str:
+    """A sweep: one row per run."""
+    rows = []
+    for d in docs:
+        rows.append(
+            [
+                point_label(d) or "-",
+                f"{d['throughput_tokens_per_s'] or 0:,.1f}",
+                f"{d['goodput_requests_per_s'] or 0:.4g}",
+                _s(d["ttft_s"]["p50"]),
+                _s(d["ttft_s"]["p99"]),
+                _s(d["tpot_s"]["p50"]),
+                _s(d["tpot_s"]["p99"]),
+                f"{d['mean_requests_in_system']:.4g}",
+                f"{100 * (d['slot_occupancy']['mean'] or 0):.0f}%",
+            ]
+        )
+    headers = [
+        "point",
+        "tokens/s",
+        "goodput/s",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TPOT p99",
+        "in system",
+        "slots used",
+    ]
+    return table(headers, rows, "<" + ">" * (len(headers) - 1))
+
+
+def requests_csv(runs: Sequence[tuple[int, Sequence[Any]]]) -> str:
+    """Every request of every run: (point index, records) pairs, one row per request."""
+
+    def value(v: Any) -> Any:
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    rows = []
+    for point, records in runs:
+        for r in records:
+            row = {c: value(getattr(r, c)) for c in REQUEST_COLUMNS[1:] if hasattr(r, c)}
+            rows.append(
+                row
+                | {"point": point, "ttft_s": value(r.ttft_s), "tpot_s": r.tpot_s, "e2e_s": r.e2e_s}
+            )
+    return to_csv(REQUEST_COLUMNS, rows)
+
+
+# --- figures -----------------------------------------------------------------------------------
+
+
+def latency_cdf_figure(
+    series: Mapping[str, Mapping[str, Sequence[float]]], slo: Mapping[str, float] | None = None
+) -> Figure:
+    """CDFs of TTFT, TPOT and end-to-end latency; `series` maps a run's label to its values by
+    metric key (`ttft_s`, `tpot_s`, `e2e_s`)."""
+    fig = Figure(figsize=(13, 4.2), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for ax, (key, label) in zip(axes, LATENCIES, strict=True):
+        for name, values in series.items():
+            xs = np.sort(np.asarray(values.get(key, []), dtype=float))
+            if len(xs) == 0:
+                continue
+            ys = np.arange(1, len(xs) + 1) / len(xs)
+            ax.step(xs, ys, where="post", label=name or "run")
+        if slo and key in slo:
+            ax.axvline(slo[key], color="tab:red", linestyle="--", linewidth=1, label="SLO")
+        ax.set_xlabel(f"{label} (s)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        positive = [v for vs in series.values() for v in vs.get(key, []) if v > 0]
+        if positive and max(positive) / min(positive) > 100:
+            ax.set_xscale("log")
+        ax.set_title(label)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)))
+    return fig
+
+
+def throughput_tpot_figure(docs: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
+    """Throughput against median TPOT, one line per setting, its points in order of rate."""
+    groups: dict[str, list[tuple[float, float, float]]] = {}
+    for d in docs:
+        tpot = d["tpot_s"]["p50"]
+        thr = d["throughput_tokens_per_s"]
+        rate = d["settings"]["rate"]
+        if tpot is None or thr is None:
+            continue
+        groups.setdefault(point_label(d, with_rate=False), []).append((rate or 0.0, tpot, thr))
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.add_subplot()
+    for name, pts in groups.items():
+        pts.sort()
+        ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", label=name or "run")
+        for rate, x, y in pts:
+            ax.annotate(
+                f"{rate:g}/s", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
+            )
+    tpots = [p[1] for pts in groups.values() for p in pts if p[1] > 0]
+    if tpots and max(tpots) / min(tpots) > 10:
+        ax.set_xscale("log")
+    ax.set_xlabel("median TPOT (s)")
+    ax.set_ylabel("output tokens/s")
+    ax.grid(alpha=0.3)
+    ax.set_title(title or "throughput vs time per output token (labels: arrival rate)")
+    if groups:
+        ax.legend(fontsize=9)
+    else:
+        ax.text(0.5, 0.5, "no runs with TPOT to plot", transform=ax.transAxes, ha="center")
+    return fig
+
+
+def occupancy_figure(series: Mapping[str, Mapping[str, Any]]) -> Figure:
+    """Occupied decode slots over time, one line per run (`slot_occupancy` of each)."""
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for name, occ in series.items():
+        timeline = occ.get("timeline") or []
+        ax.step(
+            [t for t, _ in timeline], [v for _, v in timeline], where="post", label=name or "run"
+        )
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("occupied decode slots")
+    ax.grid(alpha=0.3)
+    if len(series) > 1:
+        ax.legend(fontsize=9)
+    return fig

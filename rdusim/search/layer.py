@@ -1,0 +1,262 @@
+"""The search over one layer kind: every sharding plan, the best cuts of its ops into kernels,
+why each boundary is where it is, and the latency-vs-SRAM front.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from rdusim.compiler.compile import CompileContext
+from rdusim.compiler.program import Kernel
+from rdusim.ir.graph import Graph, Workload
+from rdusim.search.boundaries import Cut, best_cuts
+from rdusim.search.costing import KernelCost
+from rdusim.search.segments import Candidate, CandidateBuilder, Limit, Refusal, kernel_spec
+from rdusim.search.space import ShardingPlan, plans_for
+from rdusim.spec.mapping import KernelSpec, Orchestration, Tiling
+
+# SRAM caps, as fractions of a socket's, at which the front of latency vs peak kernel SRAM is
+# sampled (the cut that is fastest with no kernel above the cap)
+FRONT_CAPS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+
+
+class BoundaryReason(StrEnum):
+    """Why two neighbouring kernels are not one."""
+
+    SRAM_LIMIT = "SRAM limit"
+    PCU_LIMIT = "PCU limit"
+    PMU_LIMIT = "PMU limit"
+    SHARDING = "sharding"
+    BLOCKING_OP = "blocking op"
+    LAYOUT_CHANGE = "layout change"
+    COLLECTIVE = "collective"
+    FASTER_APART = "faster apart"
+
+
+_LIMIT_REASON = {
+    Limit.SRAM: BoundaryReason.SRAM_LIMIT,
+    Limit.PCUS: BoundaryReason.PCU_LIMIT,
+    Limit.PMUS: BoundaryReason.PMU_LIMIT,
+    Limit.SHARDING: BoundaryReason.SHARDING,
+}
+
+
+@dataclass(frozen=True)
+class Boundary:
+    after: str  # the last op of the kernel before
+    before: str  # the first op of the kernel after
+    reason: BoundaryReason
+    detail: str
+
+
+@dataclass(frozen=True)
+class LayerOption:
+    """One way to map a layer: a plan and a cut, with the K/V block each kernel chose."""
+
+    plan: ShardingPlan
+    cut: Cut
+    kv_blocks: tuple[int | None, ...]
+    kernels_s: tuple[float, ...]  # estimated seconds per execution of each kernel
+    sram_bytes: tuple[float, ...]
+
+    @property
+    def layer_s(self) -> float:
+        return self.cut.total_s
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    sram_cap_bytes: float
+    peak_sram_bytes: float
+    layer_s: float
+    kernels: int
+
+
+@dataclass
+class LayerSearch:
+    """Searches one layer kind: plans × cuts, estimated by `cost`."""
+
+    graph: Graph
+    kind: str
+    workload: Workload
+    ctx: CompileContext
+    cost: KernelCost
+    orchestration: Orchestration
+    builders: dict[ShardingPlan, CandidateBuilder] = field(default_factory=dict)
+    _costs: dict[tuple[ShardingPlan, int, int], tuple[float, int | None]] = field(
+        default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        for plan in plans_for(self.graph, self.ctx.phase, self.ctx.hw.sockets):
+            self.builders[plan] = CandidateBuilder(
+                self.graph, self.kind, plan, self.workload, self.ctx
+            )
+
+    @property
+    def order(self) -> list[str]:
+        return self.graph.order()
+
+    @property
+    def candidates_built(self) -> int:
+        return sum(b.built for b in self.builders.values())
+
+    # --- costs ---------------------------------------------------------------------------
+
+    def kernel_s(self, kernel: Kernel, looped: int = 1) -> float:
+        return self.cost(kernel, self.ctx.hw, self.orchestration, looped)
+
+    def best_kernel(
+        self, plan: ShardingPlan, start: int, end: int, sram_cap: float = math.inf
+    ) -> tuple[Candidate | Refusal, float]:
+        """The fastest legal tiling of ops[start:end] (within `sram_cap`), or why none is.
+
+        K/V blocks are tried largest first and the first that fits wins: a larger block only
+        saves K/V re-reads (its cost is SRAM), so no smaller one is faster."""
+        builder = self.builders[plan]
+        first: Refusal | None = None
+        for kv in builder.kv_blocks(start, end):
+            c = builder.build(start, end, kv)
+            if isinstance(c, Refusal):
+                first = first or c
+                continue
+            if c.kernel.sram_bytes > sram_cap:
+                first = first or Refusal(
+                    Limit.SRAM,
+                    f"needs {c.kernel.sram_bytes / 1e6:.0f} MB, over a cap of {sram_cap / 1e6:.0f}",
+                )
+                continue
+            return c, self.kernel_s(c.kernel)
+        assert first is not None
+        return first, math.inf
+
+    def _cost(self, plan: ShardingPlan, start: int, end: int, sram_cap: float) -> float:
+        if sram_cap == math.inf:
+            key = (plan, start, end)
+            if key not in self._costs:
+                c, s = self.best_kernel(plan, start, end)
+                kv = c.kv_block if isinstance(c, Candidate) else None
+                self._costs[key] = (s, kv)
+            return self._costs[key][0]
+        return self.best_kernel(plan, start, end, sram_cap)[1]
+
+    def _stop(self, plan: ShardingPlan, start: int, end: int) -> bool:
+        """No kernel reaching further left fits either: SRAM only grows with more ops."""
+        c, _ = self.best_kernel(plan, start, end)
+        return isinstance(c, Refusal) and c.limit == Limit.SRAM
+
+    # --- searches ------------------------------------------------------------------------
+
+    def options(self, k: int, sram_cap: float = math.inf) -> list[LayerOption]:
+        """The `k` fastest options, at most one per plan and kernel count, fastest first."""
+        found: list[LayerOption] = []
+        n = len(self.order)
+        for plan in self.builders:
+            cost = functools.partial(self._cost, plan, sram_cap=sram_cap)
+            stop = functools.partial(self._stop, plan)
+            cuts = best_cuts(n, cost, stop)
+            found.extend(self._option(plan, cut, sram_cap) for cut in cuts.values())
+        found.sort(key=lambda o: (o.layer_s, len(o.cut.ends)))
+        return found[:k]
+
+    def _option(self, plan: ShardingPlan, cut: Cut, sram_cap: float) -> LayerOption:
+        kvs, secs, srams = [], [], []
+        for i, j in cut.kernels():
+            c, s = self.best_kernel(plan, i, j, sram_cap)
+            assert isinstance(c, Candidate)
+            kvs.append(c.kv_block)
+            secs.append(s)
+            srams.append(c.kernel.sram_bytes)
+        return LayerOption(plan, cut, tuple(kvs), tuple(secs), tuple(srams))
+
+    def whole_layer(self, plan: ShardingPlan) -> Candidate | None:
+        """The layer as one kernel under `plan` (what kernel looping needs), if it fits."""
+        c, _ = self.best_kernel(plan, 0, len(self.order))
+        return c if isinstance(c, Candidate) else None
+
+    def front(self) -> list[FrontPoint]:
+        """Latency against peak kernel SRAM: the fastest cut under each SRAM cap, dominated
+        points dropped."""
+        sram = self.ctx.hw.socket.sram_bytes
+        points: list[FrontPoint] = []
+        for frac in FRONT_CAPS:
+            opts = self.options(1, sram_cap=frac * sram)
+            if not opts or not math.isfinite(opts[0].layer_s):
+                continue
+            o = opts[0]
+            points.append(FrontPoint(frac * sram, max(o.sram_bytes), o.layer_s, len(o.cut.ends)))
+        front: list[FrontPoint] = []
+        for p in sorted(points, key=lambda p: (p.peak_sram_bytes, p.layer_s)):
+            if not front or p.layer_s < front[-1].layer_s:
+                front.append(p)
+        return front
+
+    # --- results -------------------------------------------------------------------------
+
+    def kernel_specs(self, option: LayerOption) -> list[KernelSpec]:
+        shardings = self.builders[option.plan].shardings
+        specs = []
+        for (i, j), kv in zip(option.cut.kernels(), option.kv_blocks, strict=True):
+            ops = self.order[i:j]
+            name = ops[0] if len(ops) == 1 else f"{ops[0]}..{ops[-1]}"
+            specs.append(kernel_spec(name, ops, shardings, Tiling(kv_block=kv)))
+        return specs
+
+    def boundaries(self, option: LayerOption) -> list[Boundary]:
+        """Why each boundary of `option` is there: the merged kernel would not fit, or it
+        would be slower (and what makes it so)."""
+        out = []
+        kernels = option.cut.kernels()
+        for (a, m), (_, e), sa, sb in zip(
+            kernels, kernels[1:], option.kernels_s, option.kernels_s[1:], strict=False
+        ):
+            out.append(self._boundary(option.plan, a, m, e, sa + sb))
+        return out
+
+    def _boundary(
+        self, plan: ShardingPlan, start: int, mid: int, end: int, apart_s: float
+    ) -> Boundary:
+        order = self.order
+        after, before = order[mid - 1], order[mid]
+        merged, merged_s = self.best_kernel(plan, start, end)
+        if isinstance(merged, Refusal):
+            return Boundary(after, before, _LIMIT_REASON[merged.limit], merged.detail)
+        slower = f"one kernel {merged_s * 1e6:.1f} µs vs {apart_s * 1e6:.1f} µs apart"
+        # a blocking op before the boundary would hold back everything after it in one kernel
+        blocking = [n for n in order[start:mid] if self.graph.ops[n].blocking]
+        if blocking:
+            return Boundary(
+                after,
+                before,
+                BoundaryReason.BLOCKING_OP,
+                f"{', '.join(blocking)} must take in all its input before it emits; {slower}",
+            )
+        shardings = self.builders[plan].shardings
+        if shardings[after] != shardings[before]:
+            return Boundary(
+                after,
+                before,
+                BoundaryReason.LAYOUT_CHANGE,
+                f"{after} is {_label(shardings[after])}, {before} {_label(shardings[before])}; "
+                f"{slower}",
+            )
+        crossing = [
+            c
+            for c in merged.kernel.collectives
+            if c.src in order[start:mid] and c.dst in order[mid:end]
+        ]
+        if crossing:
+            c = crossing[0]
+            return Boundary(
+                after, before, BoundaryReason.COLLECTIVE, f"{c.kind} of {c.tensor}; {slower}"
+            )
+        return Boundary(after, before, BoundaryReason.FASTER_APART, slower)
+
+
+def _label(sharding: object) -> str:
+    strategy = getattr(sharding, "strategy", "replicate")
+    degree = getattr(sharding, "degree", 1)
+    return f"{strategy}{degree}" if strategy != "replicate" else "replicated"

@@ -1,0 +1,358 @@
+"""Auto-mapping by search: fusion, sharding, tiling and kernel looping of a whole model.
+
+1. Each layer kind is searched on its own (`layer`): under every sharding plan, the k fastest
+   cuts of its ops into contiguous kernels, every candidate kernel compiled by the compiler and
+   costed by the closed form.
+2. Whole mappings combine the kinds' options, weighted by how often each kind runs per prompt or
+   step (a decode step also runs the MTP module's MoE layer with the MoE kernels); kernel looping
+   is one more option wherever every kind fits in one kernel. The few best by estimate are
+   compiled and simulated, and the best simulated one wins, so the answer is the simulator's.
+3. Objectives that choose the batch start from the largest batch that fits in HBM and go down
+   until a mapping is legal (and, under a latency bound, until the step meets it).
+
+Everything is deterministic: candidates are visited in a fixed order and ties are broken by
+position.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from rdusim.compiler.capacity import max_batch
+from rdusim.compiler.compile import (
+    compile_context,
+    compile_mapping,
+    layer_workload,
+    looped_form,
+)
+from rdusim.compiler.program import Program
+from rdusim.errors import InfeasibleError, SpecError
+from rdusim.ir.graph import Phase
+from rdusim.ir.model import ModelGraphs, build_model
+from rdusim.search.boundaries import Cut
+from rdusim.search.costing import KernelCost, analytic_cost
+from rdusim.search.layer import Boundary, FrontPoint, LayerOption, LayerSearch
+from rdusim.search.objective import Objective, better, check_objective, default_objective, score
+from rdusim.search.space import ShardingPlan
+from rdusim.sim.model import SimResult, simulate
+from rdusim.spec.mapping import KernelSpec, ResolvedMapping, snapstream_sizes
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    objective: Objective | None = None  # None: the mapping's phase and batch decide
+    latency_bound_s: float | None = None  # per decode step, for THROUGHPUT_UNDER_LATENCY
+    alternatives: int = 0  # distinct runner-up mappings to report, simulated
+    finalists: int = 3  # best estimates compiled and simulated before one is chosen
+    options_per_layer: int = 4  # cuts kept per layer kind and plan
+
+
+@dataclass
+class MappingCandidate:
+    """A whole mapping the search considered."""
+
+    kernels: dict[str, list[KernelSpec]]
+    looped: bool
+    estimate_s: float  # the closed form's layers-only time per prompt or step
+    plans: dict[str, ShardingPlan]
+    options: dict[str, LayerOption] = field(default_factory=dict)  # unlooped only
+    score: float | None = None  # the simulated objective
+    program: Program | None = None
+    result: SimResult | None = None
+
+
+@dataclass
+class AutoMapping:
+    """What the search chose, what it weighed, and why."""
+
+    mapping: ResolvedMapping  # the chosen mapping, kernels written out
+    objective: Objective
+    batch: int
+    chosen: MappingCandidate
+    alternatives: list[MappingCandidate]
+    boundaries: dict[str, list[Boundary]]
+    layer_searches: dict[str, LayerSearch]
+    candidates_built: int
+    candidates_simulated: int
+    seconds: float
+
+    def front(self, kind: str) -> list[FrontPoint]:
+        """The latency-vs-SRAM front of one layer kind under the chosen plan's search."""
+        return self.layer_searches[kind].front()
+
+    def summary(self) -> dict[str, Any]:
+        """The report's `auto_mapping` section."""
+        return {
+            "objective": self.objective.value,
+            "batch": self.batch,
+            "kernel_looping": self.chosen.looped,
+            "sharding_plans": {k: p.label for k, p in self.chosen.plans.items()},
+            "boundaries": {
+                kind: [
+                    {
+                        "after": b.after,
+                        "before": b.before,
+                        "reason": b.reason.value,
+                        "detail": b.detail,
+                    }
+                    for b in bs
+                ]
+                for kind, bs in self.boundaries.items()
+            },
+            "estimated_layers_s": self.chosen.estimate_s,
+            "candidate_kernels_built": self.candidates_built,
+            "mappings_simulated": self.candidates_simulated,
+            "search_seconds": self.seconds,
+        }
+
+    def alternatives_json(self) -> list[dict[str, Any]]:
+        """The runner-up mappings, each with its simulated objective and kernels."""
+        key = self.objective.report_key
+        return [
+            {
+                key: c.score,
+                "kernel_looping": c.looped,
+                "sharding_plans": {k: p.label for k, p in c.plans.items()},
+                "kernels": {
+                    kind: [k.model_dump(mode="json", exclude_defaults=True) for k in ks]
+                    for kind, ks in c.kernels.items()
+                },
+            }
+            for c in self.alternatives
+        ]
+
+
+def with_kernels(
+    rm: ResolvedMapping, kernels: dict[str, list[KernelSpec]], looped: bool
+) -> ResolvedMapping:
+    """`rm` with its kernels (and kernel looping) written out."""
+    spec = rm.spec.model_copy(update={"kernels": kernels, "kernel_looping": looped})
+    return ResolvedMapping(spec, rm.model, rm.hardware, rm.source, rm.expert_loads)
+
+
+def auto_map(
+    rm: ResolvedMapping,
+    options: SearchOptions | None = None,
+    *,
+    cost: KernelCost | None = None,
+    progress: Progress | None = None,
+) -> AutoMapping:
+    """Search a mapping for `rm`'s model, hardware and workload (its `kernels` are ignored)."""
+    opts = options or SearchOptions()
+    objective = opts.objective or default_objective(rm.spec)
+    check_objective(objective, rm.spec, opts.latency_bound_s)
+    cost = cost or analytic_cost
+    say = progress or (lambda _msg: None)
+    start = time.perf_counter()
+    tried: set[int] = set()
+    batches = _batches(rm, objective)
+    while batches:
+        batch = batches.pop(0)
+        tried.add(batch)
+        say(f"searching at batch {batch}")
+        found = _search_at(rm, batch, objective, opts, cost, say)
+        if found is None:
+            continue
+        bound = opts.latency_bound_s
+        step = found.chosen.result.total_latency_s if found.chosen.result else math.inf
+        if bound is not None and step > bound:
+            continue
+        if objective.searches_batch:
+            # the chosen kernels may hold a larger batch than the seed mapping did
+            larger = max_batch(found.mapping)[0]
+            if larger > batch and larger not in tried and bound is None:
+                batches.insert(0, larger)
+                continue
+        if bound is not None:  # the bound chose the batch: the mapping must keep it
+            spec = found.mapping.spec.model_copy(update={"batch": batch})
+            found.mapping = replace(found.mapping, spec=spec)
+        found.seconds = time.perf_counter() - start
+        return found
+    raise _nothing_found(rm, objective, opts, sorted(tried))
+
+
+def _batches(rm: ResolvedMapping, objective: Objective) -> list[int]:
+    """Batches to try, best first."""
+    spec = rm.spec
+    if not objective.searches_batch and isinstance(spec.batch, int):
+        return [spec.batch]
+    if objective.phase == Phase.PREFILL:
+        return [1]
+    top = max_batch(rm)[0]  # the seed (greedy) mapping's largest batch that fits HBM
+    if not objective.searches_batch:
+        return [top]
+    return [1 << e for e in range(top.bit_length() - 1, -1, -1)]
+
+
+def _nothing_found(
+    rm: ResolvedMapping, objective: Objective, opts: SearchOptions, tried: list[int]
+) -> SpecError:
+    batches = ", ".join(str(b) for b in tried)
+    if opts.latency_bound_s is not None:
+        return InfeasibleError(
+            f"no mapping meets a step of {opts.latency_bound_s:g} s at any batch ({batches} tried)",
+            file=rm.source.file,
+            key="--latency-bound",
+            fix="raise the bound, shorten seq_len, or enable snapstream",
+        )
+    return InfeasibleError(
+        f"no legal mapping found for objective {objective.value} (batch {batches}): every "
+        "candidate kernel of some op overflows a socket",
+        file=rm.source.file,
+        key="kernels",
+        fix="use a node with more sockets, shorten seq_len, or enable snapstream",
+    )
+
+
+def _weights(rm: ResolvedMapping, graphs: ModelGraphs) -> tuple[dict[str, int], dict[str, int]]:
+    """(looped-able executions, other executions) of each layer kind per prompt or step: the
+    decoder layers, and in decode the MTP module's MoE layer, which runs the MoE kernels."""
+    layers = dict(graphs.layer_counts)
+    extra = dict.fromkeys(layers, 0)
+    spec = rm.spec
+    if spec.phase == Phase.DECODE and spec.mtp.uses_module and graphs.mtp and "moe" in extra:
+        extra["moe"] += spec.mtp.module_runs
+    return layers, extra
+
+
+def _search_at(
+    rm: ResolvedMapping,
+    batch: int,
+    objective: Objective,
+    opts: SearchOptions,
+    cost: KernelCost,
+    say: Progress,
+) -> AutoMapping | None:
+    spec = rm.spec
+    phase = Phase(spec.phase)
+    graphs = build_model(rm.model, phase, snapstream_sizes(spec, rm.source.file))
+    wl = layer_workload(rm, batch)
+    ctx = compile_context(rm)
+    counts, extra = _weights(rm, graphs)
+    searches: dict[str, LayerSearch] = {}
+    layer_options: dict[str, list[LayerOption]] = {}
+    for kind, graph in graphs.layers.items():
+        say(f"  {kind} layers: {len(graph)} ops")
+        search = LayerSearch(graph, kind, wl, ctx, cost, spec.orchestration)
+        found = [o for o in search.options(opts.options_per_layer) if math.isfinite(o.layer_s)]
+        if not found:
+            return None
+        searches[kind] = search
+        layer_options[kind] = found
+    candidates = _unlooped(searches, layer_options, counts, extra)
+    looped = _looped(searches, counts, extra)
+    if looped is not None:
+        candidates.append(looped)
+    candidates.sort(key=lambda c: c.estimate_s)
+    keep = max(opts.finalists, opts.alternatives + 1)
+    finalists: list[MappingCandidate] = []
+    for c in candidates:
+        if len(finalists) == keep:
+            break
+        if _simulate(rm, c, batch, objective):
+            finalists.append(c)
+    if not finalists:
+        return None
+    best = finalists[0]
+    for c in finalists[1:]:
+        assert c.score is not None and best.score is not None
+        if better(objective, c.score, best.score):
+            best = c
+    others = [c for c in finalists if c is not best][: opts.alternatives]
+    boundaries = {kind: searches[kind].boundaries(option) for kind, option in best.options.items()}
+    return AutoMapping(
+        mapping=with_kernels(rm, best.kernels, best.looped),
+        objective=objective,
+        batch=batch,
+        chosen=best,
+        alternatives=others,
+        boundaries=boundaries,
+        layer_searches=searches,
+        candidates_built=sum(s.candidates_built for s in searches.values()),
+        candidates_simulated=len(finalists),
+        seconds=0.0,
+    )
+
+
+def _unlooped(
+    searches: dict[str, LayerSearch],
+    layer_options: dict[str, list[LayerOption]],
+    counts: dict[str, int],
+    extra: dict[str, int],
+) -> list[MappingCandidate]:
+    kinds = list(layer_options)
+    out = []
+    for combo in itertools.product(*(layer_options[k] for k in kinds)):
+        chosen = dict(zip(kinds, combo, strict=True))
+        estimate = sum((counts[k] + extra[k]) * o.layer_s for k, o in chosen.items())
+        out.append(
+            MappingCandidate(
+                kernels={k: searches[k].kernel_specs(o) for k, o in chosen.items()},
+                looped=False,
+                estimate_s=estimate,
+                plans={k: o.plan for k, o in chosen.items()},
+                options=chosen,
+            )
+        )
+    return out
+
+
+def _looped(
+    searches: dict[str, LayerSearch], counts: dict[str, int], extra: dict[str, int]
+) -> MappingCandidate | None:
+    """Every kind as one kernel, the kinds that repeat looped (Koeplinger et al.): one call per
+    kind instead of one per layer. None when some kind does not fit in one kernel or no kind
+    repeats."""
+    if all(counts[k] <= 1 for k in searches):
+        return None
+    kernels: dict[str, list[KernelSpec]] = {}
+    plans: dict[str, ShardingPlan] = {}
+    estimate = 0.0
+    for kind, search in searches.items():
+        best: tuple[float, ShardingPlan, list[KernelSpec]] | None = None
+        for plan in search.builders:
+            c = search.whole_layer(plan)
+            if c is None:
+                continue
+            n = counts[kind]
+            per = (
+                search.kernel_s(looped_form(c.kernel, search.ctx.hw), n)
+                if n > 1
+                else search.kernel_s(c.kernel)
+            )
+            total = n * per + extra[kind] * search.kernel_s(c.kernel)
+            if best is None or total < best[0]:
+                option = LayerOption(
+                    plan, _whole_cut(search), (c.kv_block,), (per,), (c.kernel.sram_bytes,)
+                )
+                best = (total, plan, search.kernel_specs(option))
+        if best is None:
+            return None
+        estimate += best[0]
+        plans[kind], kernels[kind] = best[1], best[2]
+    return MappingCandidate(kernels=kernels, looped=True, estimate_s=estimate, plans=plans)
+
+
+def _whole_cut(search: LayerSearch) -> Cut:
+    return Cut(0.0, (len(search.order),))
+
+
+def _simulate(rm: ResolvedMapping, c: MappingCandidate, batch: int, objective: Objective) -> bool:
+    """Compile and simulate a candidate; False when the whole program does not fit HBM."""
+    try:
+        program = compile_mapping(with_kernels(rm, c.kernels, c.looped), batch=batch)
+    except SpecError:
+        return False
+    if not program.hbm.fits:
+        return False
+    result = simulate(program, rm.hardware)
+    c.program, c.result = program, result
+    c.score = score(objective, program, result)
+    return True

@@ -1,0 +1,136 @@
+"""Candidate kernels: a contiguous run of a layer's ops, compiled as the final program would be.
+
+A candidate is the ops `order[i:j]` of a layer graph (in execution order, so every producer
+comes first) fused into one kernel, every other op in a kernel of its own. Under a fixed sharding
+plan the compiler's sharding pass gives the candidate exactly the per-op costs, collectives and
+HBM traffic at its edges it will have in any program where it is one kernel: what crosses a
+kernel edge depends only on which ops share the kernel. A candidate is legal when it fits a
+socket: SRAM (the compiler's own check), one PCU per compute op, and the PMUs its buffers take.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from rdusim.compiler.compile import CompileContext, build_kernels, shard_context
+from rdusim.compiler.fusion import FusedKernel
+from rdusim.compiler.program import Kernel
+from rdusim.compiler.sharding import LayerInput, shard
+from rdusim.errors import InfeasibleError, SpecError
+from rdusim.ir.graph import CostClass, Graph, Workload
+from rdusim.search.space import ShardingPlan, kv_block_options
+from rdusim.spec.mapping import KernelSpec, Sharding, Tiling
+
+CANDIDATE = "candidate"
+
+
+class Limit(StrEnum):
+    """What makes a candidate kernel illegal."""
+
+    SRAM = "SRAM"
+    PCUS = "PCUs"
+    PMUS = "PMUs"
+    SHARDING = "sharding"  # the plan's sharding does not divide one of the ops
+
+
+@dataclass(frozen=True)
+class Refusal:
+    limit: Limit
+    detail: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One legal kernel: ops `order[start:end]` with a K/V block."""
+
+    start: int
+    end: int
+    kv_block: int | None
+    kernel: Kernel
+
+
+def kernel_spec(
+    name: str, ops: list[str], shardings: dict[str, Sharding], tiling: Tiling | None = None
+) -> KernelSpec:
+    """A kernel spec for `ops` with per-op shardings: the most common one is the kernel's, the
+    others are overrides (ties go to the first op's)."""
+    counts: dict[Sharding, int] = {}
+    for n in ops:
+        counts[shardings[n]] = counts.get(shardings[n], 0) + 1
+    base = max(counts, key=lambda s: counts[s])
+    overrides = {n: shardings[n] for n in ops if shardings[n] != base}
+    return KernelSpec(
+        name=name, ops=ops, sharding=base, overrides=overrides, tiling=tiling or Tiling()
+    )
+
+
+class CandidateBuilder:
+    """Compiles candidate kernels of one layer under one sharding plan, each once."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        kind: str,
+        plan: ShardingPlan,
+        workload: Workload,
+        ctx: CompileContext,
+    ) -> None:
+        self.graph = graph
+        self.kind = kind
+        self.plan = plan
+        self.workload = workload
+        self.ctx = ctx
+        self.order = graph.order()
+        self.shardings = plan.shardings(graph, ctx.hw.sockets)
+        self.built = 0  # candidates compiled, for the report
+        self._cache: dict[tuple[int, int, int | None], Candidate | Refusal] = {}
+        self._singles = {name: kernel_spec(name, [name], self.shardings) for name in self.order}
+        self._layer_input: LayerInput | None = None
+        try:
+            fused = [FusedKernel(self._singles[n], i, (n,)) for i, n in enumerate(self.order)]
+            self._layer_input = shard(
+                graph, fused, kind, shard_context(fused, workload, ctx)
+            ).layer_input
+        except SpecError:
+            pass  # the plan does not divide some op: every candidate will say which
+
+    def kv_blocks(self, start: int, end: int) -> tuple[int | None, ...]:
+        """K/V blocks to try for ops[start:end], largest first (None: the whole cache)."""
+        ops = [self.graph.ops[n] for n in self.order[start:end]]
+        return kv_block_options(ops, self.ctx.phase)
+
+    def build(self, start: int, end: int, kv_block: int | None = None) -> Candidate | Refusal:
+        key = (start, end, kv_block)
+        if key not in self._cache:
+            self._cache[key] = self._build(start, end, kv_block)
+        return self._cache[key]
+
+    def _build(self, start: int, end: int, kv_block: int | None) -> Candidate | Refusal:
+        self.built += 1
+        ops = self.order[start:end]
+        spec = kernel_spec(CANDIDATE, ops, self.shardings, Tiling(kv_block=kv_block))
+        fused = [FusedKernel(self._singles[n], 0, (n,)) for n in self.order[:start]]
+        fused.append(FusedKernel(spec, 0, tuple(ops)))
+        fused += [FusedKernel(self._singles[n], 0, (n,)) for n in self.order[end:]]
+        try:
+            (kernel,) = build_kernels(
+                self.graph,
+                fused,
+                self.kind,
+                self.workload,
+                self.ctx,
+                only={CANDIDATE},
+                layer_input=self._layer_input,
+            )
+        except InfeasibleError as exc:
+            return Refusal(Limit.SRAM, exc.problem)
+        except SpecError as exc:
+            return Refusal(Limit.SHARDING, exc.problem)
+        socket = self.ctx.hw.socket
+        compute = [p for p in kernel.ops if p.cost_class != CostClass.MEMORY and p.flops > 0]
+        if len(compute) > socket.pcus:
+            return Refusal(Limit.PCUS, f"{len(compute)} compute ops, {socket.pcus} PCUs")
+        if kernel.pmus > socket.pmus:
+            return Refusal(Limit.PMUS, f"buffers take {kernel.pmus} PMUs of {socket.pmus}")
+        return Candidate(start, end, kv_block, kernel)

@@ -1,0 +1,167 @@
+"""Serving metrics from a run's records: latencies, throughput, goodput, occupancy.
+
+Definitions (per request; `rdusim.serving.engine.RequestRecord` holds the timestamps):
+
+* TTFT, time to first token: first token - arrival (the prefill graph produces the first token);
+* TPOT, time per output token: (last token - first token) / (output tokens - 1); a one-token
+  request has none and is left out of the TPOT statistics (it meets any TPOT objective);
+* end-to-end latency: last token - arrival.
+
+Over the run, whose window runs from the first arrival to the last completion (`duration_s`):
+
+* `throughput_tokens_per_s`: output tokens / duration;
+* `goodput_requests_per_s`: requests meeting both SLOs (TTFT and TPOT at or under the
+  objective) / duration (DistServe's goodput, Zhong et al. 2024);
+* `mean_requests_in_system`: the time average of the number of requests that have arrived and
+  not completed, integrated over the window from the arrival and completion events (Little's law
+  says it equals arrival rate x mean end-to-end latency in a stationary run);
+* `arrival_rate`: (requests - 1) / (last arrival - first arrival), the measured rate (null with
+  fewer than two arrival times);
+* `slot_occupancy`: the time-average fraction of decode slots holding a decoding request, and
+  a timeline of occupied slots (all decode nodes together), averaged over at most
+  `TIMELINE_POINTS` equal intervals of the window.
+
+Floats are rounded to `SIGNIFICANT` significant digits so that the JSON is stable and readable;
+a run with the same inputs gives byte-identical JSON (no times of day, no paths).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from rdusim.serving.engine import EngineResult, RequestRecord
+from rdusim.spec.workload import SloSpec
+
+SIGNIFICANT = 6
+TIMELINE_POINTS = 200
+PERCENTILES = (50, 90, 99)
+
+
+def rounded(x: float | None) -> float | None:
+    """`x` to `SIGNIFICANT` significant digits (None and non-finite values become None)."""
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.{SIGNIFICANT}g}")
+
+
+def stats(values: Sequence[float]) -> dict[str, float | None]:
+    """p50, p90, p99 (linear interpolation between order statistics) and the mean."""
+    if not values:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    arr = np.asarray(values, dtype=float)
+    p50, p90, p99 = np.percentile(arr, PERCENTILES)
+    return {
+        "p50": rounded(float(p50)),
+        "p90": rounded(float(p90)),
+        "p99": rounded(float(p99)),
+        "mean": rounded(float(arr.mean())),
+    }
+
+
+def generated_tokens(rec: RequestRecord, tokens_per_step: float) -> int:
+    """Tokens a request produced: the prefill's first, then `tokens_per_step` a decode step it
+    took, no more than it asked for."""
+    if math.isnan(rec.first_token_s):
+        return 0
+    decoded = math.floor(rec.steps * tokens_per_step + 1e-9)
+    return 1 + min(rec.output_tokens - 1, decoded)
+
+
+def meets_slo(rec: RequestRecord, slo: SloSpec) -> bool:
+    tpot = rec.tpot_s
+    return rec.ttft_s <= slo.ttft_s and (tpot is None or tpot <= slo.tpot_s)
+
+
+def time_average_in_system(records: Iterable[RequestRecord], start: float, end: float) -> float:
+    """The time average over [start, end] of the number of requests arrived and not completed,
+    integrated from the sorted arrival (+1) and completion (-1) events."""
+    events = sorted(
+        [(r.arrival_s, 1) for r in records] + [(r.last_token_s, -1) for r in records],
+        key=lambda e: (e[0], e[1]),
+    )
+    area, count, t_prev = 0.0, 0, start
+    for t, delta in events:
+        area += count * (t - t_prev)
+        count += delta
+        t_prev = t
+    area += count * (end - t_prev)
+    return area / (end - start) if end > start else 0.0
+
+
+def occupancy(result: EngineResult, start: float, end: float) -> dict[str, Any]:
+    """Mean fraction of decode slots in use, and occupied slots over time (all decode nodes)."""
+    total_slots = result.decode_node_count * result.slots_per_node
+    changes = sorted(result.occupancy, key=lambda c: c[0])
+    span = end - start
+    bins = TIMELINE_POINTS if span > 0 else 1
+    edges = np.linspace(start, end, bins + 1)
+    area = np.zeros(bins)
+    per_node = [0] * result.decode_node_count
+    t_prev, current = start, 0
+    for t, node, occupied in [*changes, (end, -1, 0)]:
+        if t > t_prev:
+            _spread(area, edges, t_prev, min(t, end), current)
+            t_prev = t
+        if node >= 0:
+            current += occupied - per_node[node]
+            per_node[node] = occupied
+    widths = np.diff(edges)
+    mean_slots = float(area.sum() / span) if span > 0 else 0.0
+    timeline = [
+        [rounded(float(edges[i])), rounded(float(area[i] / widths[i]) if widths[i] > 0 else 0.0)]
+        for i in range(bins)
+    ]
+    return {
+        "slots": total_slots,
+        "mean": rounded(mean_slots / total_slots) if total_slots else None,
+        "timeline": timeline,
+    }
+
+
+def _spread(area: np.ndarray, edges: np.ndarray, t0: float, t1: float, value: int) -> None:
+    """Add `value` x the overlap of [t0, t1] with each bin."""
+    if value == 0 or t1 <= t0:
+        return
+    first = max(0, int(np.searchsorted(edges, t0, side="right")) - 1)
+    last = min(len(area) - 1, int(np.searchsorted(edges, t1, side="left")) - 1)
+    for i in range(first, last + 1):
+        overlap = min(t1, edges[i + 1]) - max(t0, edges[i])
+        if overlap > 0:
+            area[i] += value * overlap
+
+
+def summary(result: EngineResult, slo: SloSpec) -> dict[str, Any]:
+    """The run's metrics, with the JSON keys `rdusim serve` reports."""
+    records = result.records
+    done = [r for r in records if r.completions == 1]
+    start = min(r.arrival_s for r in records)
+    end = max(r.last_token_s for r in done) if done else start
+    duration = end - start
+    tokens = sum(generated_tokens(r, result.shape.tokens_per_step) for r in done)
+    arrivals = sorted(r.arrival_s for r in records)
+    arrival_span = arrivals[-1] - arrivals[0]
+    good = sum(meets_slo(r, slo) for r in done)
+    tpots = [t for r in done if (t := r.tpot_s) is not None]
+
+    def per_s(x: float) -> float | None:
+        return rounded(x / duration) if duration > 0 else None
+
+    return {
+        "requests": len(records),
+        "completed": len(done),
+        "output_tokens": tokens,
+        "duration_s": rounded(duration),
+        "ttft_s": stats([r.ttft_s for r in done]),
+        "tpot_s": stats(tpots),
+        "e2e_s": stats([r.e2e_s for r in done]),
+        "throughput_tokens_per_s": per_s(tokens),
+        "goodput_requests_per_s": per_s(good),
+        "slo_attainment": rounded(good / len(done)) if done else None,
+        "mean_requests_in_system": rounded(time_average_in_system(done, start, end)),
+        "arrival_rate": rounded((len(arrivals) - 1) / arrival_span) if arrival_span > 0 else None,
+        "slot_occupancy": occupancy(result, start, end),
+    }

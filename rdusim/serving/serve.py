@@ -1,0 +1,241 @@
+"""`rdusim serve` as a function: a workload on a pair of mappings, at one or more settings.
+
+`serve` ties the pieces together: the step times of the two graphs (simulated once per mapping
+pair and overrides, `rdusim.serving.step_times`), their shapes with the workload's prefill
+buckets (`rdusim.serving.shape`), the requests (`rdusim.serving.arrivals`), checked against
+the graphs before anything runs, and the discrete-event run (`rdusim.serving.engine`), summarised
+by `rdusim.serving.metrics`. `serve_points` runs a grid: every combination of the `--set` values
+(`snapstream.enabled=true,false`) and arrival rates.
+
+The link a disaggregated deployment moves caches over is not published for SN40L. Unless the
+workload's `deployment.kv_link` says otherwise, each of the decode node's sockets receives its
+shard of the cache at the hardware's per-socket P2P bandwidth, all at once (`sockets x
+hardware.links.p2p_bandwidth`, itself an assumption, see the hardware preset), with one P2P
+latency per cache. A cache is the request's cached positions (SnapStream: at most the compressed
+budget) x the model's KV bytes per token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rdusim.errors import SpecError, SpecErrors
+from rdusim.serving.arrivals import Request, requests_of
+from rdusim.serving.engine import EngineConfig, EngineResult, Progress, simulate_serving
+from rdusim.serving.metrics import rounded, summary
+from rdusim.serving.shape import GraphShape, check_requests, shape_of
+from rdusim.serving.step_times import GraphFacts, SimulatedStepTimes, simulated_step_times
+from rdusim.spec.workload import (
+    ArrivalProcess,
+    DecodeStepCost,
+    DeploymentMode,
+    DeploymentSpec,
+    ResolvedWorkload,
+    check_expected_requests,
+)
+
+
+@dataclass(frozen=True)
+class ServePoint:
+    """One run of a sweep: `--set` values (as written) and an arrival rate (None: the
+    workload's)."""
+
+    sets: tuple[tuple[str, str], ...] = ()
+    rate: float | None = None
+
+    @property
+    def overrides(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.sets]
+
+    def label(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.sets]
+        if self.rate is not None:
+            parts.append(f"rate={self.rate:g}")
+        return ", ".join(parts) or "(workload as written)"
+
+
+@dataclass
+class ServeRun:
+    point: ServePoint
+    result: EngineResult
+    metrics: dict[str, Any]
+    document: dict[str, Any]  # the point's JSON
+
+
+def engine_config(deployment: DeploymentSpec, facts: GraphFacts | None = None) -> EngineConfig:
+    """The engine's view of a `deployment:` section (link defaults from the decode hardware)."""
+    link = deployment.kv_link
+    bandwidth = link.bandwidth if link and link.bandwidth is not None else None
+    latency = link.latency_s if link and link.latency_s is not None else None
+    if facts is not None:
+        bandwidth = bandwidth if bandwidth is not None else facts.sockets * facts.p2p_bandwidth
+        latency = latency if latency is not None else facts.p2p_latency_s
+    base = EngineConfig(
+        mode=deployment.mode,
+        nodes=deployment.nodes or 1,
+        policy=deployment.scheduling,
+        steps_per_prefill=deployment.steps_per_prefill,
+        prefill_nodes=deployment.prefill_nodes or 1,
+        decode_nodes=deployment.decode_nodes or 1,
+        step_cost=deployment.decode_step,
+    )
+    if bandwidth is not None:
+        base = replace(base, link_bandwidth=bandwidth)
+    if latency is not None:
+        base = replace(base, link_latency_s=latency)
+    return base
+
+
+def workload_requests(workload: ResolvedWorkload, rate: float | None) -> list[Request]:
+    """The workload's requests at `rate` (None: its own), refusing a rate for a trace and an
+    empty arrival window."""
+    spec = workload.spec
+    if rate is not None:
+        if spec.arrival.process == ArrivalProcess.TRACE:
+            raise SpecError(
+                "a trace's arrival times are its own; --rate applies to processes poisson and "
+                "constant",
+                key="--rate",
+                fix="drop --rate, or use arrival: {process: poisson, rate: ...}",
+            )
+        try:
+            check_expected_requests(rate, spec.duration_s)
+        except ValueError as exc:
+            raise SpecError(
+                str(exc), key="--rate", fix="use a lower rate or a shorter duration_s"
+            ) from None
+    requests = requests_of(workload, rate)
+    if not requests:
+        raise workload.error(
+            "no request arrives within duration_s",
+            ("duration_s",),
+            "lengthen duration_s or raise the arrival rate",
+        )
+    return requests
+
+
+def _prefetch(times: SimulatedStepTimes, shape: GraphShape, workload: ResolvedWorkload) -> None:
+    """Simulate every graph the run needs before it starts: a bucket that cannot be compiled is
+    an error at the workload's bucket list, and the run never waits on the simulator."""
+    key = ("deployment", "prefill_buckets")
+    for length in shape.prefill_lengths:
+        try:
+            times.prefill_s(length)
+        except SpecErrors as many:
+            raise _bucket_error(workload, key, length, many.errors[0]) from None
+        except SpecError as exc:
+            raise _bucket_error(workload, key, length, exc) from None
+    if workload.spec.deployment.decode_step == DecodeStepCost.OCCUPIED:
+        times.grid()
+
+
+def _bucket_error(
+    workload: ResolvedWorkload, key: tuple[str, ...], length: int, exc: SpecError
+) -> SpecError:
+    return workload.error(
+        f"the prefill graph for {length}-token prompts cannot be built: {exc.problem}",
+        key,
+        exc.fix or "use longer buckets",
+    )
+
+
+def point_document(
+    point: ServePoint,
+    workload: ResolvedWorkload,
+    result: EngineResult,
+    metrics: dict[str, Any],
+) -> dict[str, Any]:
+    """A run's JSON: the metrics, then what produced them (settings, deployment, graphs)."""
+    spec = workload.spec
+    config = result.config
+    deployment: dict[str, Any] = {"mode": config.mode.value}
+    if config.mode == DeploymentMode.COLOCATED:
+        deployment |= {"nodes": config.nodes, "policy": config.policy.value}
+    else:
+        deployment |= {
+            "prefill_nodes": config.prefill_nodes,
+            "decode_nodes": config.decode_nodes,
+            "kv_link_bandwidth": rounded(config.link_bandwidth),
+            "kv_link_latency_s": rounded(config.link_latency_s),
+        }
+    deployment["decode_step"] = config.step_cost.value
+    shape = result.shape
+    return metrics | {
+        "settings": {
+            "set": {k: v for k, v in point.sets},
+            "rate": point.rate if point.rate is not None else spec.arrival.rate,
+            "seed": spec.seed,
+            "workload": spec.name,
+            "slo": {"ttft_s": spec.slo.ttft_s, "tpot_s": spec.slo.tpot_s},
+        },
+        "deployment": deployment,
+        "graphs": {
+            "decode_slots": shape.decode_slots,
+            "cache_len": shape.cache_len,
+            "max_sequence": shape.max_sequence,
+            "tokens_per_step": rounded(shape.tokens_per_step),
+            "snapstream": shape.snapstream,
+            "decode_step_s": rounded(result.decode_step_s),
+            "prefill_s": {str(n): rounded(t) for n, t in sorted(result.prefill_s.items())},
+            "kv_bytes_per_token": rounded(shape.kv_bytes_per_token),
+        },
+    }
+
+
+def serve(
+    prefill: str,
+    decode: str,
+    workload: ResolvedWorkload,
+    point: ServePoint = ServePoint(),
+    progress: Progress | None = None,
+) -> ServeRun:
+    """Run `workload` on the two mappings at one point (`progress` hears of completed
+    requests)."""
+    times = simulated_step_times(prefill, decode, point.overrides)
+    shape = shape_of(times.facts, workload.spec.deployment.prefill_buckets, workload)
+    requests = workload_requests(workload, point.rate)
+    check_requests(requests, shape, workload)
+    _prefetch(times, shape, workload)
+    config = engine_config(workload.spec.deployment, times.facts)
+    result = simulate_serving(requests, shape, times, config, progress)
+    metrics = summary(result, workload.spec.slo)
+    return ServeRun(point, result, metrics, point_document(point, workload, result, metrics))
+
+
+def points_of(
+    sets: Sequence[tuple[str, Sequence[str]]], rates: Sequence[float]
+) -> list[ServePoint]:
+    """Every combination of the `--set` values (first key slowest), then the rates."""
+    combos: list[tuple[tuple[str, str], ...]] = [()]
+    for key, values in sets:
+        combos = [(*c, (key, v)) for c in combos for v in values]
+    rate_list: list[float | None] = list(rates) or [None]
+    return [ServePoint(c, r) for c in combos for r in rate_list]
+
+
+def serve_points(
+    prefill: str,
+    decode: str,
+    workload: ResolvedWorkload,
+    points: Sequence[ServePoint],
+    progress: Progress | None = None,
+) -> list[ServeRun]:
+    """Run every point in order (each mapping pair and overrides simulated once); an error at
+    one of several points names it."""
+    runs = []
+    for point in points:
+        try:
+            runs.append(serve(prefill, decode, workload, point, progress))
+        except SpecError as exc:
+            if len(points) == 1:
+                raise
+            raise type(exc)(
+                f"at {point.label()}: {exc.problem}",
+                file=exc.file,
+                key=exc.key,
+                line=exc.line,
+                fix=exc.fix,
+            ) from None
+    return runs

@@ -1,0 +1,174 @@
+"""The static graphs a deployment runs, and what they allow a request to be.
+
+SN40L runs static graphs (SnapStream paper §2.3): every tensor has a fixed shape, so
+
+* a prefill graph is compiled for one prompt length L_max; a shorter prompt is padded to it and
+  pays for the whole graph, unless the deployment compiles more graphs (`prefill_buckets`), in
+  which case a prompt runs on the shortest graph that holds it. A prompt longer than the longest
+  graph cannot run at all and is refused when the workload loads;
+* a decode graph is compiled for a fixed number of sequences (its batch: the slots) and a fixed
+  cache length; a sequence decodes "until the EOS token or x_{L_max} is generated" (§2.3), so a
+  request's prompt plus output must fit in the decode mapping's `seq_len`. SnapStream keeps the
+  cache at its compressed budget however long the sequence grows (§3.1, §3.3), so its slot needs only
+  that many positions, and more slots fit in HBM (§5.2, Table 5: 4x the batch);
+* with multi-token prediction a step accepts `tokens_per_step` tokens per sequence on average;
+  a request's tokens after its first (which the prefill graph produces) come at that rate, so it
+  needs ceil((output - 1) / tokens_per_step) decode steps (the expected acceptance, not a draw).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rdusim.errors import SpecError, SpecErrors
+from rdusim.serving.arrivals import Request
+from rdusim.serving.step_times import GraphFacts
+from rdusim.spec.workload import ResolvedWorkload
+
+UNLIMITED_HOLD = 1 << 40
+
+
+@dataclass(frozen=True)
+class GraphShape:
+    """The serving-relevant shape of a deployment's two graphs."""
+
+    decode_slots: int
+    cache_len: int  # positions per slot (the compressed budget with SnapStream)
+    max_sequence: int  # prompt + output tokens a slot can hold
+    tokens_per_step: float = 1.0
+    prefill_lengths: tuple[int, ...] = ()  # increasing; the last is the longest prompt
+    prefill_batch: int = 1
+    kv_bytes_per_token: float = 0.0
+    snapstream: bool = False
+    prefill_hold: int = UNLIMITED_HOLD  # finished caches a prefill node may hold (disaggregated)
+
+    def __post_init__(self) -> None:
+        if not self.prefill_lengths or list(self.prefill_lengths) != sorted(
+            set(self.prefill_lengths)
+        ):
+            raise ValueError("prefill_lengths must be increasing and not empty")
+        if self.decode_slots < 1 or self.prefill_batch < 1 or self.tokens_per_step <= 0:
+            raise ValueError("decode_slots, prefill_batch and tokens_per_step must be positive")
+
+    @property
+    def longest_prompt(self) -> int:
+        return self.prefill_lengths[-1]
+
+    def graph_len(self, prompt_tokens: int) -> int:
+        """The prefill graph a prompt runs on: the shortest that holds it."""
+        return self.prefill_lengths[bisect.bisect_left(self.prefill_lengths, prompt_tokens)]
+
+    def kv_tokens(self, prompt_tokens: int) -> int:
+        """Cached positions a request holds after prefill (SnapStream: at most the budget)."""
+        return min(prompt_tokens, self.cache_len) if self.snapstream else prompt_tokens
+
+    def kv_bytes(self, prompt_tokens: int) -> float:
+        """Bytes of a request's cache after prefill: what a disaggregated deployment moves."""
+        return self.kv_tokens(prompt_tokens) * self.kv_bytes_per_token
+
+    def decode_steps(self, output_tokens: int) -> int:
+        """Decode steps a request needs after its first token."""
+        return ceil_steps(output_tokens - 1, self.tokens_per_step)
+
+
+def ceil_steps(tokens: int, tokens_per_step: float) -> int:
+    """Steps that produce `tokens` tokens at `tokens_per_step` each (0 for none)."""
+    if tokens <= 0:
+        return 0
+    return max(1, math.ceil(tokens / tokens_per_step - 1e-9))
+
+
+def shape_of(
+    facts: GraphFacts, buckets: Sequence[int] | None, workload: ResolvedWorkload
+) -> GraphShape:
+    """The shape of the simulated graphs, with the workload's prefill buckets (each no longer
+    than the prefill mapping's `seq_len`, which is always a graph)."""
+    extra = list(buckets or [])
+    too_long = [b for b in extra if b > facts.prefill_len]
+    if too_long:
+        key = ("deployment", "prefill_buckets")
+        raise workload.error(
+            f"bucket {too_long[0]} is longer than the prefill graph ({facts.prefill_len} tokens, "
+            "the prefill mapping's seq_len)",
+            key,
+            f"list buckets up to {facts.prefill_len} (the mapping's seq_len is always a graph), "
+            "or raise seq_len with --set seq_len=...",
+        )
+    lengths = tuple(sorted({*extra, facts.prefill_len}))
+    return GraphShape(
+        decode_slots=facts.decode_slots,
+        cache_len=facts.cache_len,
+        max_sequence=facts.max_sequence,
+        tokens_per_step=facts.tokens_per_step,
+        prefill_lengths=lengths,
+        prefill_batch=facts.prefill_batch,
+        kv_bytes_per_token=facts.kv_bytes_per_token,
+        snapstream=facts.snapstream,
+        prefill_hold=facts.prefill_hold,
+    )
+
+
+def check_requests(
+    requests: Sequence[Request], shape: GraphShape, workload: ResolvedWorkload
+) -> None:
+    """Refuse requests the graphs cannot serve: a prompt longer than the longest prefill graph,
+    or a prompt and output longer than the decode graph's maximum sequence. The error names the
+    workload key (or the trace line) and how many requests are affected."""
+    errors: list[SpecError] = []
+    long_prompts = [r for r in requests if r.prompt_tokens > shape.longest_prompt]
+    if long_prompts:
+        first = long_prompts[0]
+        errors.append(
+            _request_error(
+                workload,
+                first,
+                "prompt_tokens",
+                f"{_count(long_prompts, requests)} a prompt longer than the prefill graph: "
+                f"{first.prompt_tokens} tokens (request {first.id}) > {shape.longest_prompt} "
+                "(the prefill mapping's seq_len)",
+                f"keep prompts within {shape.longest_prompt} tokens, or compile a longer "
+                "prefill graph (--set seq_len=..., which sets both mappings)",
+            )
+        )
+    long_sequences = [  # a prompt refused above is not refused twice
+        r
+        for r in requests
+        if r.prompt_tokens <= shape.longest_prompt
+        and r.prompt_tokens + r.output_tokens > shape.max_sequence
+    ]
+    if long_sequences:
+        first = long_sequences[0]
+        errors.append(
+            _request_error(
+                workload,
+                first,
+                "output_tokens",
+                f"{_count(long_sequences, requests)} more prompt + output tokens than the "
+                f"decode graph's maximum sequence: {first.prompt_tokens} + "
+                f"{first.output_tokens} (request {first.id}) > {shape.max_sequence} (the decode "
+                "mapping's seq_len; a static graph decodes up to it, paper §2.3)",
+                f"keep prompt + output within {shape.max_sequence} tokens (shorter prompts or "
+                "outputs), or --set seq_len=... to compile both graphs longer",
+            )
+        )
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise SpecErrors(errors)
+
+
+def _count(bad: Sequence[Request], all_: Sequence[Request]) -> str:
+    return f"{len(bad)} of {len(all_)} requests have" if len(bad) > 1 else "1 request has"
+
+
+def _request_error(
+    workload: ResolvedWorkload, request: Request, key: str, problem: str, fix: str
+) -> SpecError:
+    """An error at the workload key that drew the length, or at the trace line it came from."""
+    trace = workload.trace
+    if trace is not None:
+        return SpecError(problem, file=trace.file, key=key, line=trace.lines[request.id], fix=fix)
+    return workload.error(problem, (key,), fix)

@@ -1,0 +1,107 @@
+"""The auto-mapper end to end: at least as good as the paper's hand mappings, deterministic, and
+its emitted mapping reproduces its result. Each search compiles thousands of candidate kernels,
+so these are slow tests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rdusim.api import run_mapping
+from rdusim.search.mapper import SearchOptions, auto_map
+from rdusim.search.objective import Objective
+from rdusim.spec.mapping import load_mapping
+
+pytestmark = pytest.mark.slow
+
+
+def auto(name: str, *overrides: str, **options):
+    return run_mapping(name, [*overrides, "kernels=auto"], search=SearchOptions(**options))
+
+
+def test_r1_prefill_ttft_is_no_worse_than_the_paper_mapping():
+    hand = run_mapping("r1_prefill").report["total_latency_s"]
+    found = auto("r1_prefill").report["total_latency_s"]
+    assert found <= hand * (1 + 1e-9)
+
+
+def test_r1_decode_throughput_at_the_largest_batch_is_no_worse_than_the_paper_mapping():
+    hand = run_mapping("r1_decode").report
+    found = auto("r1_decode").report
+    assert found["batch"] >= hand["batch"]
+    assert found["throughput_tokens_per_s"] >= hand["throughput_tokens_per_s"] * (1 - 1e-9)
+
+
+def test_llama_8b_decode_step_at_batch_1_is_no_worse_than_the_shipped_mapping():
+    hand = run_mapping("llama31_8b_decode", ["batch=1"]).report["total_latency_s"]
+    found = auto("llama31_8b_decode", "batch=1").report["total_latency_s"]
+    assert found <= hand * (1 + 1e-9)
+
+
+def test_llama_70b_decode_at_batch_1_runs_on_eight_sockets():
+    run = auto("llama31_8b_decode", "model=llama-3.1-70b", "hardware=sn40l-8", "batch=1")
+    assert run.program.sockets == 8
+    assert math.isfinite(run.report["total_latency_s"]) and run.program.hbm.fits
+
+
+def test_the_search_is_deterministic():
+    rm = load_mapping("llama31_8b_prefill", ["kernels=auto", "seq_len=8192"])
+    a, b = auto_map(rm), auto_map(rm)
+    assert a.mapping.spec == b.mapping.spec
+    assert a.chosen.score == b.chosen.score
+
+
+def test_the_emitted_mapping_reproduces_the_result(tmp_path, run_cli):
+    import json
+
+    out = tmp_path / "auto.yaml"
+    code, text, err = run_cli(
+        [
+            "map",
+            "llama31_8b_prefill",
+            "--set",
+            "kernels=auto",
+            "--set",
+            "seq_len=8192",
+            "--emit-mapping",
+            out,
+            "--json",
+        ]
+    )
+    assert code == 0, err
+    searched = json.loads(text)
+    code, text, err = run_cli(["map", out, "--json"])
+    assert code == 0, err
+    again = json.loads(text)
+    assert again["total_latency_s"] == searched["total_latency_s"]
+    assert again["layers"] == searched["layers"]
+    assert "auto_mapping" not in again
+
+
+def test_alternatives_are_distinct_and_no_better_than_the_choice():
+    run = auto("llama31_8b_decode", "batch=4", alternatives=2)
+    report = run.report
+    chosen = report["total_latency_s"]
+    alts = report["alternatives"]
+    assert 1 <= len(alts) <= 2
+    seen = {str(report["layers"])}
+    for alt in alts:
+        assert alt["total_latency_s"] >= chosen * (1 - 1e-9)
+        key = str(alt["kernels"]) + str(alt["kernel_looping"]) + str(alt["sharding_plans"])
+        assert key not in seen
+        seen.add(key)
+
+
+def test_throughput_under_a_latency_bound_meets_it():
+    free = auto("llama31_8b_decode", "batch=max", "seq_len=32768").report
+    bound = free["total_latency_s"] / 2
+    run = auto(
+        "llama31_8b_decode",
+        "batch=max",
+        "seq_len=32768",
+        objective=Objective.THROUGHPUT_UNDER_LATENCY,
+        latency_bound_s=bound,
+    )
+    assert run.report["total_latency_s"] <= bound
+    assert run.report["batch"] < free["batch"]

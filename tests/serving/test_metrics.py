@@ -1,0 +1,128 @@
+"""Serving metrics: definitions checked by hand, Little's law on a long stationary run, and the
+JSON keys the issue asks for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rdusim.serving.arrivals import Request
+from rdusim.serving.metrics import (
+    generated_tokens,
+    rounded,
+    stats,
+    summary,
+    time_average_in_system,
+)
+from rdusim.spec.workload import SloSpec
+from tests.serving.synthetic import (
+    colocated,
+    constant_times,
+    disaggregated,
+    requests,
+    run,
+    shape,
+)
+
+ISSUE_KEYS = {
+    "requests",
+    "completed",
+    "output_tokens",
+    "duration_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "throughput_tokens_per_s",
+    "goodput_requests_per_s",
+    "mean_requests_in_system",
+    "arrival_rate",
+}
+
+
+def close(x: float) -> object:
+    """Equal to within the metrics' six significant digits."""
+    return pytest.approx(x, rel=1e-5)
+
+
+THREE = requests((0.0, 100, 3), (0.5, 100, 2), (0.6, 100, 4))
+
+
+def test_percentiles_interpolate_between_order_statistics() -> None:
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    s = stats(values)
+    # linear interpolation: rank q/100 x (n - 1) from 0
+    assert s == {"p50": 50.5, "p90": 90.1, "p99": 99.01, "mean": 50.5}
+    assert stats([]) == {"p50": None, "p90": None, "p99": None, "mean": None}
+
+
+def test_rounding_keeps_six_significant_digits() -> None:
+    assert rounded(1234.56789) == 1234.57
+    assert rounded(0.000123456789) == 0.000123457
+    assert rounded(float("nan")) is None and rounded(None) is None
+
+
+def test_summary_of_the_hand_schedule() -> None:
+    # prefill-first on THREE (see test_engine): firsts 1.0, 2.0, 3.1; lasts 3.2, 2.1, 3.4
+    result = run(THREE, shape(2), colocated())
+    m = summary(result, SloSpec(ttft_s=1.5, tpot_s=0.5))
+    assert set(m) >= ISSUE_KEYS
+    assert (m["requests"], m["completed"], m["output_tokens"]) == (3, 3, 9)
+    assert m["duration_s"] == close(3.4)
+    assert m["ttft_s"]["mean"] == close((1.0 + 1.5 + 2.5) / 3)
+    assert m["tpot_s"]["mean"] == close((1.1 + 0.1 + 0.1) / 3)
+    assert m["e2e_s"]["p50"] == close(2.8)  # 3.2, 1.6, 2.8
+    assert m["throughput_tokens_per_s"] == close(rounded(9 / 3.4))
+    # r0 misses TPOT (1.1 s), r1 meets both (1.5 s, 0.1 s), r2 misses TTFT (2.5 s)
+    assert m["goodput_requests_per_s"] == close(rounded(1 / 3.4))
+    assert m["slo_attainment"] == close(rounded(1 / 3))
+    # requests in system: sojourns 3.2 + 1.6 + 2.8 over 3.4 s
+    assert m["mean_requests_in_system"] == close(rounded(7.6 / 3.4))
+    assert m["arrival_rate"] == close(rounded(2 / 0.6))
+
+
+def test_time_average_in_system_by_hand() -> None:
+    result = run(requests((0.0, 10, 1), (0.0, 10, 1)), shape(1), colocated())
+    # one request in [0, 1] twice over, then one in [1, 2]: (2 + 1) / 2
+    assert time_average_in_system(result.records, 0.0, 2.0) == pytest.approx(1.5)
+
+
+def test_generated_tokens_stop_at_the_output() -> None:
+    result = run(requests((0.0, 10, 11)), shape(1, tokens_per_step=2.44), colocated())
+    rec = result.records[0]
+    assert rec.steps == 5  # 5 x 2.44 = 12.2 tokens offered, 10 wanted
+    assert generated_tokens(rec, 2.44) == 11
+
+
+def test_occupancy_integrates_the_occupied_slot_steps() -> None:
+    """A decode node's occupied slots integrated over time equal its slot-steps x step time."""
+    rng = np.random.default_rng(0)
+    arrivals = np.cumsum(rng.exponential(1.0, 300))
+    reqs = [Request(i, float(t), 10, int(rng.integers(2, 30))) for i, t in enumerate(arrivals)]
+    step = 0.1
+    result = run(reqs, shape(8), disaggregated(prefill_nodes=2), constant_times(0.5, step))
+    m = summary(result, SloSpec(ttft_s=10, tpot_s=1))
+    occupied_area = m["slot_occupancy"]["mean"] * 8 * m["duration_s"]
+    assert occupied_area == pytest.approx(result.slot_steps * step, rel=1e-4)
+    timeline = m["slot_occupancy"]["timeline"]
+    assert len(timeline) == 200 and all(0 <= v <= 8 for _, v in timeline)
+
+
+def test_littles_law_on_a_long_stationary_run() -> None:
+    """Mean requests in the system = arrival rate x mean time in it, within 5%."""
+    rate, n = 1.0, 20_000
+    rng = np.random.default_rng(11)
+    arrivals = np.cumsum(rng.exponential(1 / rate, n))
+    outputs = rng.integers(10, 40, n)
+    reqs = [
+        Request(i, float(t), 10, int(o))
+        for i, (t, o) in enumerate(zip(arrivals, outputs, strict=True))
+    ]
+    result = run(reqs, shape(4), disaggregated(prefill_nodes=2), constant_times(0.5, 0.1))
+    m = summary(result, SloSpec(ttft_s=10, tpot_s=1))
+    little = rate * m["e2e_s"]["mean"]
+    error = abs(m["mean_requests_in_system"] - little) / little
+    assert error < 0.05, error
+    # and with the rate the run measured
+    assert m["mean_requests_in_system"] == pytest.approx(
+        m["arrival_rate"] * m["e2e_s"]["mean"], rel=0.05
+    )

@@ -1,0 +1,164 @@
+"""`rdusim serve`: text, JSON and files; sweeps over --set and --rate; user errors exit 2 with
+the file, the key and a fix, and write nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+WORKLOAD = """\
+name: cli
+requests: 40
+seed: 2
+arrival: {process: poisson, rate: 1.0}
+prompt_tokens: {dist: uniform, low: 1000, high: 100000}
+output_tokens: {dist: fixed, value: 256}
+slo: {ttft_s: 30, tpot_s: 0.2}
+deployment: {mode: disaggregated, prefill_nodes: 8, decode_nodes: 1, prefill_buckets: [16384, 65536]}
+"""
+ISSUE_KEYS = [
+    "requests",
+    "completed",
+    "output_tokens",
+    "duration_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "throughput_tokens_per_s",
+    "goodput_requests_per_s",
+    "mean_requests_in_system",
+    "arrival_rate",
+]
+MAPPINGS = ["--prefill", "r1_prefill", "--decode", "r1_decode"]
+
+
+@pytest.fixture
+def workload(tmp_path: Path) -> Path:
+    path = tmp_path / "w.yaml"
+    path.write_text(WORKLOAD, encoding="utf-8")
+    return path
+
+
+def serve(run_cli, workload: Path | str, *extra: str):
+    return run_cli(["serve", *MAPPINGS, "--workload", str(workload), *extra])
+
+
+def assert_user_error(result, *needles: str) -> str:
+    code, out, err = result
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and "fix:" in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+def test_text_report(run_cli, workload: Path) -> None:
+    code, out, err = serve(run_cli, workload)
+    assert code == 0, err
+    assert "serving cli: 40 requests, 40 completed" in out
+    assert "prefill graph(s): 16384 tokens" in out
+
+
+def test_json_has_the_issue_keys_and_is_reproducible(run_cli, workload: Path) -> None:
+    code, first, err = serve(run_cli, workload, "--json")
+    assert code == 0, err
+    data = json.loads(first)
+    assert set(ISSUE_KEYS) <= set(data)
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        assert set(data[key]) == {"p50", "p90", "p99", "mean"}
+    assert data["requests"] == data["completed"] == 40
+    assert data["output_tokens"] == 40 * 256
+    _, second, _ = serve(run_cli, workload, "--json")
+    assert first == second
+
+
+def test_sweep_writes_files_and_a_trace(run_cli, workload: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, text, err = serve(
+        run_cli,
+        workload,
+        "--rate",
+        "0.5,1",
+        "--set",
+        "snapstream.enabled=true,false",
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    assert text.count("snapstream.enabled=") == 4
+    data = json.loads((out / "serve.json").read_text())
+    assert len(data["points"]) == 4
+    assert [p["settings"]["rate"] for p in data["points"]] == [0.5, 1.0, 0.5, 1.0]
+    assert [p["graphs"]["decode_slots"] for p in data["points"]] == [64, 64, 16, 16]
+    for name in ("latency_cdf.png", "throughput_tpot.png", "occupancy.png"):
+        assert (out / name).read_bytes().startswith(b"\x89PNG")
+    assert (out / "requests.csv").read_text().count("\n") == 4 * 40 + 1
+    trace = tmp_path / "t.json"
+    code, _, err = serve(run_cli, workload, "--trace", str(trace))
+    assert code == 0, err
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and "name" in e["args"]}
+    assert {"prefill graph", "decode graph", "slot 0", "decode node 0"} <= names
+
+
+def test_shipped_workload_by_name(run_cli) -> None:
+    code, out, err = serve(run_cli, "trace_example")
+    assert code == 0, err
+    assert "serving trace-example: 24 requests" in out
+
+
+def test_a_misspelt_workload_key(run_cli, tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(WORKLOAD.replace("seed:", "sed:"), encoding="utf-8")
+    out = tmp_path / "out"
+    err = assert_user_error(
+        serve(run_cli, path, "--out", str(out)), "bad.yaml:3: sed", "did you mean 'seed'?"
+    )
+    assert err.startswith("rdusim: error:")
+    assert not out.exists()
+
+
+def test_too_long_prompts_write_nothing(run_cli, workload: Path, tmp_path: Path) -> None:
+    workload.write_text(WORKLOAD.replace("high: 100000", "high: 200000"), encoding="utf-8")
+    out = tmp_path / "out"
+    assert_user_error(serve(run_cli, workload, "--out", str(out)), "prompt_tokens", "--set seq_len")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--rate", "0,1"], ["--rate", "'0' is not an arrival rate"]),
+        (["--rate", "1,x"], ["--rate", "'x'"]),
+        (["--rate", "1,1"], ["--rate", "twice"]),
+        (["--rate", "1,2", "--trace", "t.json"], ["--trace", "ask for 2"]),
+        (["--set", "snapstream.enable=false"], ["--set snapstream.enable", "did you mean"]),
+        (["--set", "seq_len=4096,8192", "--set", "seq_len=1"], ["set twice"]),
+    ],
+)
+def test_option_errors(run_cli, workload: Path, args: list[str], needles: list[str]) -> None:
+    assert_user_error(serve(run_cli, workload, *args), *needles)
+
+
+def test_rate_with_a_trace(run_cli) -> None:
+    assert_user_error(serve(run_cli, "trace_example", "--rate", "2"), "--rate", "trace")
+
+
+def test_a_missing_workload_lists_the_shipped_ones(run_cli) -> None:
+    assert_user_error(serve(run_cli, "nowhere.yaml"), "nowhere.yaml", "r1_disaggregated")
+
+
+def test_mappings_in_the_wrong_roles(run_cli, workload: Path) -> None:
+    result = run_cli(
+        ["serve", "--prefill", "r1_decode", "--decode", "r1_prefill", "--workload", str(workload)]
+    )
+    assert_user_error(result, "phase", "--prefill needs a prefill mapping")
+
+
+def test_help(run_cli) -> None:
+    code, out, _ = run_cli(["serve", "--help"])
+    assert code == 0 and "--workload" in out and "--rate" in out
+    _, top, _ = run_cli(["--help"])
+    assert "serve" in top
