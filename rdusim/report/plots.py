@@ -342,3 +342,40 @@ def sweep_figure(
     if not lines:
         ax.text(0.5, 0.5, "no values to plot", transform=ax.transAxes, ha="center")
     return fig
+
+
+def front_figure(
+    fronts: Mapping[str, Sequence[tuple[float, float, int]]],
+    sram_capacity_bytes: float | None = None,
+    title: str = "",
+) -> Figure:
+    """Layer time against peak kernel SRAM per socket: one stepped line per layer kind.
+
+    `fronts` maps a label to (peak SRAM bytes, layer seconds, kernels) points, as the
+    auto-mapper's `front()` gives them; each point is annotated with its kernel count, so the
+    trade (fewer, bigger kernels for less time) is read off the figure.
+    """
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    for label, points in fronts.items():
+        pts = sorted(points)
+        xs = [p[0] / 1e6 for p in pts]
+        ys = [p[1] * 1e6 for p in pts]
+        ax.step(xs, ys, where="post", marker="o", label=label)
+        for x, y, (_, _, kernels) in zip(xs, ys, pts, strict=True):
+            ax.annotate(
+                f"{kernels} kernel{'s' if kernels != 1 else ''}",
+                (x, y),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=8,
+            )
+    if sram_capacity_bytes:
+        ax.axvline(sram_capacity_bytes / 1e6, color="gray", linestyle=":", label="socket SRAM")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("peak kernel SRAM per socket (MB)")
+    ax.set_ylabel("layer time (µs, closed-form estimate)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9)
+    ax.set_title(title or "latency against SRAM: the fastest mapping under each SRAM cap")
+    return fig

@@ -20,7 +20,8 @@ from rdusim.spec.mapping import KernelSpec, Orchestration, Tiling
 
 # SRAM caps, as fractions of a socket's, at which the front of latency vs peak kernel SRAM is
 # sampled (the cut that is fastest with no kernel above the cap)
-FRONT_CAPS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+FRONT_GAIN = 1e-4
+FRONT_CAPS = tuple(2.0**-e for e in range(8, -1, -1))  # 1/256 of a socket's SRAM up to all of it
 
 
 class BoundaryReason(StrEnum):
@@ -143,9 +144,9 @@ class LayerSearch:
             return self._costs[key][0]
         return self.best_kernel(plan, start, end, sram_cap)[1]
 
-    def _stop(self, plan: ShardingPlan, start: int, end: int) -> bool:
+    def _stop(self, plan: ShardingPlan, start: int, end: int, sram_cap: float = math.inf) -> bool:
         """No kernel reaching further left fits either: SRAM only grows with more ops."""
-        c, _ = self.best_kernel(plan, start, end)
+        c, _ = self.best_kernel(plan, start, end, sram_cap)
         return isinstance(c, Refusal) and c.limit == Limit.SRAM
 
     # --- searches ------------------------------------------------------------------------
@@ -156,7 +157,7 @@ class LayerSearch:
         n = len(self.order)
         for plan in self.builders:
             cost = functools.partial(self._cost, plan, sram_cap=sram_cap)
-            stop = functools.partial(self._stop, plan)
+            stop = functools.partial(self._stop, plan, sram_cap=sram_cap)
             cuts = best_cuts(n, cost, stop)
             found.extend(self._option(plan, cut, sram_cap) for cut in cuts.values())
         found.sort(key=lambda o: (o.layer_s, len(o.cut.ends)))
@@ -190,7 +191,8 @@ class LayerSearch:
             points.append(FrontPoint(frac * sram, max(o.sram_bytes), o.layer_s, len(o.cut.ends)))
         front: list[FrontPoint] = []
         for p in sorted(points, key=lambda p: (p.peak_sram_bytes, p.layer_s)):
-            if not front or p.layer_s < front[-1].layer_s:
+            # a point must buy a visible speed-up with its SRAM (0.01%), not rounding noise
+            if not front or p.layer_s < front[-1].layer_s * (1 - FRONT_GAIN):
                 front.append(p)
         return front
 

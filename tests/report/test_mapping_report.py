@@ -115,3 +115,41 @@ def test_wide_terminal_keeps_rows_on_one_line(decode_b1: dict[str, Any]) -> None
     text = render_map_report(decode_b1, width=200)
     kernels = [line for line in text.splitlines() if line.startswith(("MLA ", "FFN "))]
     assert len(kernels) == 4  # dense and moe, one line each
+
+
+def test_auto_mapping_paragraph_gives_each_boundary_its_reason_and_the_runner_ups(
+    decode_b1: dict[str, Any],
+) -> None:
+    r = dict(decode_b1)
+    r["auto_mapping"] = {
+        "objective": "step-time",
+        "batch": 1,
+        "kernel_looping": False,
+        "sharding_plans": {"dense": "attention sp, experts tp"},
+        "boundaries": {
+            "dense": [
+                {
+                    "after": "o_proj",
+                    "before": "attn_residual",
+                    "reason": "SRAM limit",
+                    "detail": "",
+                },
+                {"after": "ffn_norm", "before": "ffn_up", "reason": "blocking op", "detail": "x"},
+            ]
+        },
+        "candidate_kernels_built": 480,
+        "mappings_simulated": 3,
+        "search_seconds": 0.5,
+    }
+    r["alternatives"] = [
+        {"total_latency_s": 9.1e-4, "kernel_looping": True, "kernels": {"dense": [{"name": "A"}]}}
+    ]
+    text = render_map_report(r, width=100)
+    assert all(len(line) <= 100 for line in text.splitlines())
+    flat = " ".join(text.split())  # wrapped lines joined
+    assert "auto-mapping: objective step-time, batch 1" in flat
+    assert "480 candidate kernels" in flat
+    assert "dense: cut o_proj | attn_residual: SRAM limit" in flat
+    assert "dense: cut ffn_norm | ffn_up: blocking op (x)" in flat
+    assert re.search(r"alternative 1: 910\.\d+ us, looped; dense: A", flat)
+    assert "auto-mapping" not in render_map_report(decode_b1, width=100)

@@ -14,6 +14,7 @@ from rdusim.report.plots import (
     BAD_COLOR,
     OK_COLOR,
     figure_bytes,
+    front_figure,
     sweep_figure,
     table4_figure,
     table5_figure,
@@ -165,3 +166,20 @@ def test_sweep_figure_categorical_x_and_missing_values() -> None:
     fig = sweep_figure(rows, "batch", "y", [])
     assert len(fig.axes[0].lines) == 1
     figure_bytes(fig, "png")
+
+
+def test_front_figure_one_stepped_line_per_layer_with_kernel_counts() -> None:
+    fronts = {
+        "moe": [(20e6, 1.2e-3, 1), (8e6, 1.9e-3, 3), (15e6, 1.5e-3, 2)],
+        "dense": [(21e6, 0.7e-3, 1)],
+    }
+    fig = front_figure(fronts, sram_capacity_bytes=520e6)
+    (ax,) = fig.axes
+    lines = [ln for ln in ax.get_lines() if ln.get_label() in fronts]
+    assert [ln.get_label() for ln in lines] == ["moe", "dense"]
+    xs = list(lines[0].get_xdata())
+    assert xs == sorted(xs) == [8.0, 15.0, 20.0]  # MB, sorted by SRAM
+    assert list(lines[0].get_ydata()) == pytest.approx([1900.0, 1500.0, 1200.0])  # µs
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == ["1 kernel", "1 kernel", "2 kernels", "3 kernels"]
+    assert ax.get_xscale() == "log"
