@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -262,9 +263,9 @@ def _search_options(args: argparse.Namespace) -> SearchOptions | None:
         raise SpecError(
             f"must be 0 or more, got {args.alternatives}", key="--alternatives", fix="e.g. 3"
         )
-    if args.latency_bound is not None and not args.latency_bound > 0:
+    if args.latency_bound is not None and not 0 < args.latency_bound < math.inf:
         raise SpecError(
-            f"must be a positive number of seconds, got {args.latency_bound}",
+            f"must be a positive, finite number of seconds, got {args.latency_bound}",
             key="--latency-bound",
             fix="e.g. --latency-bound 0.05",
         )

@@ -488,6 +488,11 @@ def test_text_report_shows_attention_sharding(run_cli, mappings_dir, monkeypatch
             ["--latency-bound", "throughput-under-latency"],
         ),
         (["--set", "kernels=auto", "--latency-bound", "-1"], ["--latency-bound", "positive"]),
+        (["--set", "kernels=auto", "--latency-bound", "inf"], ["--latency-bound", "finite"]),
+        (
+            ["--set", "kernels=auto", "--set", "hardware=sn40l-8"],
+            ["hardware", "weights alone need", "GB over", "at least 12 sockets"],
+        ),
         (["--set", "kernels=auto", "--alternatives", "-1"], ["--alternatives", "0 or more"]),
     ],
 )
@@ -520,3 +525,9 @@ def test_emit_mapping_refuses_a_directory(run_cli, tmp_path):
         "--emit-mapping",
         "is a directory",
     )
+
+
+def test_a_prefill_latency_bound_is_refused_without_suggesting_a_decode_objective(run_cli):
+    code, _, err = run_cli(["map", "r1_prefill", "--set", "kernels=auto", "--latency-bound", "1"])
+    assert code == 2
+    assert "drop --latency-bound" in err and "add --objective" not in err

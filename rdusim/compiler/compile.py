@@ -67,13 +67,18 @@ def _tiles(
     fk_spec: KernelSpec, ops: list[OpPlan], wl: Workload, ctx: CompileContext
 ) -> tuple[int, int]:
     """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode streams its
-    ops' HBM bytes in PMU-sized chunks, the largest op setting the count."""
+    ops' HBM bytes in PMU-sized chunks, the largest op setting the count. A prefill kernel whose
+    tokens fit one tile (the head, which reads only the last position) is a matrix-vector
+    product like a decode kernel, and streams its weights in chunks the same way."""
+    largest = max((p.hbm_in_bytes for p in ops), default=0.0)
+    chunks = math.ceil(largest / ctx.hw.socket.pmu_bytes)
     if ctx.phase == Phase.DECODE:
-        largest = max((p.hbm_in_bytes for p in ops), default=0.0)
-        chunks = math.ceil(largest / ctx.hw.socket.pmu_bytes)
         return max(MIN_DECODE_TILES, chunks), wl.tokens
     tile = fk_spec.tiling.tile_tokens or ctx.tile_tokens
-    return max(1, math.ceil(wl.tokens / tile)), tile
+    token_tiles = max(1, math.ceil(wl.tokens / tile))
+    if token_tiles == 1:
+        return max(1, chunks), wl.tokens
+    return token_tiles, tile
 
 
 def shard_context(fused: list[FusedKernel], wl: Workload, ctx: CompileContext) -> ShardContext:

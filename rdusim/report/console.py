@@ -7,6 +7,7 @@ characters. Long cells wrap onto continuation lines rather than push a row past 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -57,13 +58,14 @@ def seconds(value: float | None) -> str:
 
 
 def _wrap(text: str, width: int, indent: str = "", subsequent: str | None = None) -> list[str]:
-    """Lines of `text` within `width`, broken at spaces (a word longer than a line is split)."""
+    """Lines of `text` within `width`, broken at spaces or after a hyphen inside a word (a
+    searched kernel's name, `first_op-last_op`); a word longer than a line is split."""
     lines = textwrap.wrap(
         text,
         width=max(width, len(subsequent or indent) + 1),
         initial_indent=indent,
         subsequent_indent=indent if subsequent is None else subsequent,
-        break_on_hyphens=False,
+        break_on_hyphens=True,
     )
     return lines or [indent.rstrip()]
 
@@ -102,7 +104,9 @@ def wrap_items(
 
 
 def _longest_word(text: str) -> int:
-    return max((len(w) for w in text.split()), default=0)
+    """The longest piece `_wrap` cannot break: words, split after their inner hyphens."""
+    pieces = (p for w in text.split() for p in re.split(r"(?<=[^\s-])-(?=[^\s-])", w))
+    return max((len(p) + 1 for p in pieces), default=0)
 
 
 def _fit_widths(

@@ -151,13 +151,15 @@ def auto_map(
     cost = cost or analytic_cost
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
+    _check_weights(rm)
     tried: set[int] = set()
+    failures: list[SpecError] = []  # why the finalists did not compile, first first
     batches = _batches(rm, objective)
     while batches:
         batch = batches.pop(0)
         tried.add(batch)
         say(f"searching at batch {batch}")
-        found = _search_at(rm, batch, objective, opts, cost, say)
+        found = _search_at(rm, batch, objective, opts, cost, say, failures)
         if found is None:
             continue
         bound = opts.latency_bound_s
@@ -170,12 +172,36 @@ def auto_map(
             if larger > batch and larger not in tried and bound is None:
                 batches.insert(0, larger)
                 continue
-        if bound is not None:  # the bound chose the batch: the mapping must keep it
+        if objective.searches_batch and (bound is not None or rm.spec.batch != "max"):
+            # the search chose the batch: the mapping must run (and be written) with it
             spec = found.mapping.spec.model_copy(update={"batch": batch})
             found.mapping = replace(found.mapping, spec=spec)
         found.seconds = time.perf_counter() - start
         return found
-    raise _nothing_found(rm, objective, opts, sorted(tried))
+    raise _nothing_found(rm, objective, opts, sorted(tried), failures)
+
+
+def _check_weights(rm: ResolvedMapping) -> None:
+    """Refuse at once when the weights alone overflow a socket's HBM with every weight sharded
+    over the whole node: no fusion or sharding the search may choose makes them fit."""
+    try:
+        program = compile_mapping(rm, batch=1)  # the seed mapping: every op TP over the node
+    except SpecError:
+        return  # the seed does not compile; the search will find out why
+    hbm = program.hbm
+    if hbm.weights <= hbm.capacity:
+        return
+    total = hbm.weights * program.sockets
+    needed = math.ceil(total / hbm.capacity)
+    raise InfeasibleError(
+        f"the weights alone need {hbm.weights / 1e9:.1f} GB per socket sharded over all "
+        f"{program.sockets} sockets, and {hbm.capacity / 1e9:.1f} GB are usable "
+        f"({(hbm.weights - hbm.capacity) / 1e9:.1f} GB over): no mapping of this node fits them",
+        file=rm.source.file,
+        key="hardware",
+        fix=f"use a node with at least {needed} sockets of this kind (their HBM holds "
+        f"{total / 1e9:.0f} GB of weights), or a narrower weight dtype",
+    )
 
 
 def _batches(rm: ResolvedMapping, objective: Objective) -> list[int]:
@@ -192,9 +218,22 @@ def _batches(rm: ResolvedMapping, objective: Objective) -> list[int]:
 
 
 def _nothing_found(
-    rm: ResolvedMapping, objective: Objective, opts: SearchOptions, tried: list[int]
+    rm: ResolvedMapping,
+    objective: Objective,
+    opts: SearchOptions,
+    tried: list[int],
+    failures: list[SpecError],
 ) -> SpecError:
     batches = ", ".join(str(b) for b in tried)
+    if failures and opts.latency_bound_s is None:
+        first = failures[0]  # the best estimate's reason: the one worth fixing first
+        return InfeasibleError(
+            f"the searched mappings do not compile (batch {batches}); the best one's problem: "
+            f"{getattr(first, 'problem', str(first))}",
+            file=rm.source.file,
+            key=getattr(first, "key", None) or "kernels",
+            fix=getattr(first, "fix", None),
+        )
     if opts.latency_bound_s is not None:
         return InfeasibleError(
             f"no mapping meets a step of {opts.latency_bound_s:g} s at any batch ({batches} tried)",
@@ -229,6 +268,7 @@ def _search_at(
     opts: SearchOptions,
     cost: KernelCost,
     say: Progress,
+    failures: list[SpecError],
 ) -> AutoMapping | None:
     spec = rm.spec
     phase = Phase(spec.phase)
@@ -256,7 +296,7 @@ def _search_at(
     for c in candidates:
         if len(finalists) == keep:
             break
-        if _simulate(rm, c, batch, objective):
+        if _simulate(rm, c, batch, objective, failures):
             finalists.append(c)
     if not finalists:
         return None
@@ -265,7 +305,10 @@ def _search_at(
         assert c.score is not None and best.score is not None
         if better(objective, c.score, best.score):
             best = c
-    others = [c for c in finalists if c is not best][: opts.alternatives]
+    others = sorted(
+        (c for c in finalists if c is not best),
+        key=lambda c: -(c.score or 0.0) if objective.maximises else (c.score or math.inf),
+    )[: opts.alternatives]
     boundaries = {kind: searches[kind].boundaries(option) for kind, option in best.options.items()}
     return AutoMapping(
         mapping=with_kernels(rm, best.kernels, best.looped),
@@ -344,13 +387,32 @@ def _whole_cut(search: LayerSearch) -> Cut:
     return Cut(0.0, (len(search.order),))
 
 
-def _simulate(rm: ResolvedMapping, c: MappingCandidate, batch: int, objective: Objective) -> bool:
-    """Compile and simulate a candidate; False when the whole program does not fit HBM."""
+def _simulate(
+    rm: ResolvedMapping,
+    c: MappingCandidate,
+    batch: int,
+    objective: Objective,
+    failures: list[SpecError],
+) -> bool:
+    """Compile and simulate a candidate; False (and why, in `failures`) when the whole program
+    does not compile or does not fit HBM."""
     try:
         program = compile_mapping(with_kernels(rm, c.kernels, c.looped), batch=batch)
-    except SpecError:
+    except SpecError as exc:
+        failures.append(exc)
         return False
     if not program.hbm.fits:
+        hbm = program.hbm
+        failures.append(
+            InfeasibleError(
+                f"{hbm.used / 1e9:.1f} GB of HBM needed per socket at batch {batch} (weights "
+                f"{hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}), "
+                f"{hbm.capacity / 1e9:.1f} GB usable",
+                key="batch",
+                fix="use a smaller batch (`batch: max` finds the largest that fits), shorten "
+                "seq_len, enable snapstream, or use more sockets",
+            )
+        )
         return False
     result = simulate(program, rm.hardware)
     c.program, c.result = program, result

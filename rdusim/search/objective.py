@@ -66,11 +66,16 @@ def check_objective(objective: Objective, spec: MappingSpec, latency_bound_s: fl
             fix="give the per-step bound in seconds, e.g. --latency-bound 0.05",
         )
     if not bounded and latency_bound_s is not None:
+        fix = (
+            "add --objective throughput-under-latency, or drop --latency-bound"
+            if spec.phase == "decode"
+            else "drop --latency-bound: a prefill mapping has one latency, its time to first token"
+        )
         raise SpecError(
             f"--latency-bound applies to objective 'throughput-under-latency', not "
             f"{objective.value!r}",
             key="--latency-bound",
-            fix="add --objective throughput-under-latency, or drop --latency-bound",
+            fix=fix,
         )
 
 

@@ -75,3 +75,29 @@ def test_the_front_trades_sram_for_time_and_drops_dominated_points():
     for p in front:
         assert p.peak_sram_bytes <= p.sram_cap_bytes
         assert p.layer_s == pytest.approx(s.options(1, sram_cap=p.sram_cap_bytes)[0].layer_s)
+
+
+@pytest.mark.slow
+def test_a_kv_block_that_buys_no_time_is_not_taken():
+    """The chosen K/V block is the smallest whose kernel is within FRONT_GAIN of the fastest
+    block's: every smaller legal block is slower than that, and the choice is no slower."""
+    from rdusim.search.layer import FRONT_GAIN
+
+    s = search("r1_prefill", "moe", 1)
+    (option,) = s.options(1)
+    tiled = 0
+    for (i, j), kv, secs in zip(
+        option.cut.kernels(), option.kv_blocks, option.kernels_s, strict=True
+    ):
+        builder = s.builders[option.plan]
+        if len(builder.kv_blocks(i, j)) <= 1:
+            continue
+        tiled += 1
+        fastest = s.best_kernel(option.plan, i, j)[1]
+        assert secs <= fastest * (1 + FRONT_GAIN)
+        smaller = [b for b in builder.kv_blocks(i, j) if b is not None and (kv is None or b < kv)]
+        for b in smaller:
+            c = builder.build(i, j, b)
+            if isinstance(c, Candidate):
+                assert s.kernel_s(c.kernel) > fastest * (1 + FRONT_GAIN), b
+    assert tiled >= 1

@@ -105,3 +105,30 @@ def test_throughput_under_a_latency_bound_meets_it():
     )
     assert run.report["total_latency_s"] <= bound
     assert run.report["batch"] < free["batch"]
+
+
+def test_a_throughput_objective_runs_at_the_batch_it_chose():
+    """A numeric batch with --objective throughput: the search picks the batch, and the run and
+    the mapping it writes out use that batch, not the file's."""
+    run = auto("llama31_8b_decode", "batch=8", objective=Objective.THROUGHPUT)
+    assert run.report["auto_mapping"]["batch"] == run.report["batch"] == run.mapping.spec.batch
+    assert run.report["batch"] > 8
+
+
+def test_searched_kernel_names_work_as_set_paths(tmp_path, run_cli):
+    out = tmp_path / "auto.yaml"
+    args = ["map", "llama31_8b_prefill", "--set", "kernels=auto", "--set", "seq_len=8192"]
+    code, _, err = run_cli([*args, "--emit-mapping", out, "--json"])
+    assert code == 0, err
+    from rdusim.spec.mapping import load_mapping
+
+    name = load_mapping(str(out), []).spec.kernels["dense"][0].name
+    code, _, err = run_cli(["map", out, "--set", f"kernels.dense.{name}.tiling.tile_tokens=16"])
+    assert code == 0, err
+
+
+def test_alternatives_are_ordered_best_first():
+    run = run_mapping("r1_decode", ["kernels=auto"], search=SearchOptions(alternatives=2))
+    scores = [a["throughput_tokens_per_s"] for a in run.report["alternatives"]]
+    assert scores == sorted(scores, reverse=True)
+    assert all(s <= run.report["throughput_tokens_per_s"] * (1 + 1e-9) for s in scores)
