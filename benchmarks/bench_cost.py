@@ -14,22 +14,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import itertools
 import os
 import platform
 import statistics
 import time
 
-from rdusim.compiler.compile import compile_context, layer_workload
 from rdusim.compiler.program import Kernel
 from rdusim.cost.analytic import kernel_latencies_s
-from rdusim.ir.graph import Phase
-from rdusim.ir.model import build_model
-from rdusim.search.segments import Candidate, CandidateBuilder
-from rdusim.search.space import plans_for
+from rdusim.search.segments import every_candidate
 from rdusim.sim.kernel import time_kernel
 from rdusim.spec.hardware import Hardware
-from rdusim.spec.mapping import load_mapping, snapstream_sizes
+from rdusim.spec.mapping import load_mapping
 
 BUDGET = 10_000  # candidates per second
 LAYERS = [
@@ -42,16 +37,7 @@ LAYERS = [
 
 def candidates(name: str, kind: str, batch: int) -> tuple[list[Kernel], Hardware]:
     rm = load_mapping(name, [])
-    phase = Phase(rm.spec.phase)
-    graph = build_model(rm.model, phase, snapstream_sizes(rm.spec, "m.yaml")).layers[kind]
-    out = []
-    for plan in plans_for(graph, phase, rm.hardware.sockets):
-        b = CandidateBuilder(graph, kind, plan, layer_workload(rm, batch), compile_context(rm))
-        for i, j in itertools.combinations(range(len(b.order) + 1), 2):
-            c = b.build(i, j)
-            if isinstance(c, Candidate):
-                out.append(c.kernel)
-    return out, rm.hardware
+    return list(every_candidate(rm, kind, batch)), rm.hardware
 
 
 def main() -> None:

@@ -10,17 +10,26 @@ socket: SRAM (the compiler's own check), one PCU per compute op, and the PMUs it
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from rdusim.compiler.compile import CompileContext, build_kernels, shard_context
+from rdusim.compiler.compile import (
+    CompileContext,
+    build_kernels,
+    compile_context,
+    layer_workload,
+    shard_context,
+)
 from rdusim.compiler.fusion import FusedKernel
 from rdusim.compiler.program import Kernel
 from rdusim.compiler.sharding import LayerInput, shard
 from rdusim.errors import InfeasibleError, SpecError
-from rdusim.ir.graph import CostClass, Graph, Workload
-from rdusim.search.space import ShardingPlan, kv_block_options
-from rdusim.spec.mapping import KernelSpec, Sharding, Tiling
+from rdusim.ir.graph import CostClass, Graph, Phase, Workload
+from rdusim.ir.model import build_model
+from rdusim.search.space import ShardingPlan, kv_block_options, plans_for
+from rdusim.spec.mapping import KernelSpec, ResolvedMapping, Sharding, Tiling, snapstream_sizes
 
 CANDIDATE = "candidate"
 
@@ -134,3 +143,16 @@ class CandidateBuilder:
         if kernel.pmus > socket.pmus:
             return Refusal(Limit.PMUS, f"buffers take {kernel.pmus} PMUs of {socket.pmus}")
         return Candidate(start, end, kv_block, kernel)
+
+
+def every_candidate(rm: ResolvedMapping, kind: str, batch: int) -> Iterator[Kernel]:
+    """Every legal contiguous fusion of one layer kind's ops under every sharding plan the
+    search tries: the population the closed-form cost is checked and benchmarked on."""
+    phase = Phase(rm.spec.phase)
+    graph = build_model(rm.model, phase, snapstream_sizes(rm.spec, rm.source.file)).layers[kind]
+    for plan in plans_for(graph, phase, rm.hardware.sockets):
+        b = CandidateBuilder(graph, kind, plan, layer_workload(rm, batch), compile_context(rm))
+        for i, j in itertools.combinations(range(len(b.order) + 1), 2):
+            c = b.build(i, j)
+            if isinstance(c, Candidate):
+                yield c.kernel

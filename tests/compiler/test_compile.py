@@ -178,7 +178,10 @@ def test_tiles_prefill_streams_token_tiles_decode_streams_pmu_chunks():
     k = KernelSpec(name="k", ops=["x"])
     prefill = CompileContext(hardware(), Phase.PREFILL, 2048)
     assert _tiles(k, [], Workload(1, 8192, 8192), prefill) == (4, 2048)
-    assert _tiles(k, [], Workload(1, 100, 100), prefill) == (1, 2048)
+    assert _tiles(k, [], Workload(1, 100, 100), prefill) == (1, 100)
+    # tokens that fit one tile (the head's last position): a matrix-vector product whose
+    # weights stream in 500 kB PMU chunks, as in decode: 700 MB -> 1400 tiles
+    assert _tiles(k, [_reading("a", 7.0e8)], Workload(1, 1, 8192), prefill) == (1400, 1)
     k2 = KernelSpec(name="k", ops=["x"], tiling=Tiling(tile_tokens=1000))
     assert _tiles(k2, [], Workload(1, 8192, 8192), prefill) == (9, 1000)
     decode = CompileContext(hardware(), Phase.DECODE, 2048)
@@ -245,7 +248,9 @@ def test_kernel_tile_tokens_never_exceed_the_tokens():
     ctx = CompileContext(hardware(), phase, 2048)
     (k,) = build_kernels(graph, fused, kind, wl, ctx)
     assert k.tile_tokens == 1024
-    assert k.tiles == 1
+    # one token tile: the weights stream in PMU-sized chunks, the largest op setting the count
+    largest = max(p.hbm_in_bytes for p in k.ops)
+    assert k.tiles == math.ceil(largest / hardware().socket.pmu_bytes) > 1
 
 
 # --------------------------------------------------------------------------------------------

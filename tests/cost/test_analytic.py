@@ -17,17 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdusim.compiler.capacity import max_batch
-from rdusim.compiler.compile import compile_context, compile_mapping, layer_workload
+from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Collective, Kernel, OpPlan
 from rdusim.cost.analytic import _makespan, _tile_rate, estimate, kernel_latencies_s
 from rdusim.cost.calls import call_cost
-from rdusim.ir.graph import Phase
-from rdusim.ir.model import build_model
-from rdusim.search.segments import Candidate, CandidateBuilder
-from rdusim.search.space import plans_for
+from rdusim.search.segments import every_candidate
 from rdusim.sim.kernel import time_kernel
 from rdusim.spec.hardware import Hardware
-from rdusim.spec.mapping import load_mapping, snapstream_sizes
+from rdusim.spec.mapping import load_mapping
 
 TOLERANCE = 0.10  # the bar: within 10% of the simulator
 
@@ -73,17 +70,7 @@ def test_every_shipped_kernel_is_within_ten_percent_of_the_simulator(name, overr
 
 def _candidates(name: str, kind: str, batch: int) -> list[tuple[Kernel, Hardware]]:
     rm = load_mapping(name, [])
-    phase = Phase(rm.spec.phase)
-    graph = build_model(rm.model, phase, snapstream_sizes(rm.spec, "m.yaml")).layers[kind]
-    out = []
-    for plan in plans_for(graph, phase, rm.hardware.sockets):
-        b = CandidateBuilder(graph, kind, plan, layer_workload(rm, batch), compile_context(rm))
-        n = len(b.order)
-        for i, j in itertools.combinations(range(n + 1), 2):
-            c = b.build(i, j)
-            if isinstance(c, Candidate):
-                out.append((c.kernel, rm.hardware))
-    return out
+    return [(k, rm.hardware) for k in every_candidate(rm, kind, batch)]
 
 
 @pytest.mark.slow
