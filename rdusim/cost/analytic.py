@@ -13,8 +13,9 @@ the same physics in a few passes over the kernel's ops:
 - **HBM** is one channel for every loader and writer. Loaders run only a double-buffered tile or
   two ahead of their op, so an op's reads become available when the op starts; the channel's
   finish is the single-machine makespan with release times, max over r of (r + the work released
-  at or after r), which is exact for any work-conserving order. An op that reads from HBM cannot
-  finish before its phase's reads have (the channel interleaves its loaders).
+  at or after r), which is exact for any work-conserving order. The channel serves its waiting
+  loaders a tile each in turn, so they share one tile rate unless their op consumes slower; an op
+  the channel paces (its loads, not its compute, set its rate) finishes with its phase's reads.
 - **Calls** cost what `rdusim.cost.calls` says; a looped call pays one fill and drain and repeats
   at the loop's period: the HBM work of an iteration when the next one's weights stream in
   during this one (`prefetch_iteration`), otherwise the pipeline again.
@@ -267,11 +268,8 @@ def kernel_latencies_s(
     orchestration: Orchestration | str = Orchestration.HARDWARE,
     looped_executions: int = 1,
 ) -> list[float]:
-    """`kernel_latency_s` over a batch of candidates, sharing the call's cost."""
-    call = call_cost(hw, orchestration)
-    n = max(1, looped_executions)
-    out = []
-    for k in kernels:
-        e = estimate(k, hw, orchestration=orchestration, looped_executions=n)
-        out.append((call + e.pipeline_s + (n - 1) * e.period_s) / n)
-    return out
+    """`kernel_latency_s` over a batch of candidates."""
+    return [
+        kernel_latency_s(k, hw, orchestration=orchestration, looped_executions=looped_executions)
+        for k in kernels
+    ]
