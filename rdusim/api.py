@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.compiler.capacity import max_batch, not_even_one
+from rdusim.compiler.capacity import does_not_fit, max_batch
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
-from rdusim.errors import InfeasibleError, SpecError
+from rdusim.errors import SpecError
 from rdusim.report.schema import build_report
 from rdusim.search.mapper import AutoMapping, SearchOptions, auto_map
 from rdusim.sim.model import SimResult, simulate
@@ -174,23 +174,15 @@ def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:
     program = compile_mapping(rm)
     if program.hbm.fits:
         return None, program
-    hbm = program.hbm
-    if hbm.weights > hbm.capacity:
-        raise not_even_one(rm, program)
     capacity_batch: int | None = None
-    if program.phase == "decode":
+    if program.phase == "decode" and program.hbm.weights <= program.hbm.capacity:
         try:
             capacity_batch = max_batch(rm)[0]
         except SpecError:
             capacity_batch = None
-    raise InfeasibleError(
-        f"batch {program.workload.batch} needs {hbm.used / 1e9:.1f} GB of HBM per socket "
-        f"(weights {hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}, workspace "
-        f"{hbm.workspace / 1e9:.1f}); {hbm.capacity / 1e9:.1f} GB are usable",
-        file=rm.source.file,
-        key="batch",
-        fix=f"use batch {capacity_batch} or less (`batch: max`), enable snapstream, "
-        "or shorten seq_len"
+    fix = (
+        f"use batch {capacity_batch} or less (`batch: max`), enable snapstream, or shorten seq_len"
         if capacity_batch
-        else "shorten seq_len or use more sockets",
+        else "shorten seq_len or use more sockets"
     )
+    raise does_not_fit(rm, program, fix)

@@ -56,3 +56,24 @@ def not_even_one(rm: ResolvedMapping, prog: Program) -> InfeasibleError:
         )
         fix = "shorten seq_len, enable snapstream, or use more sockets"
     return InfeasibleError(problem, file=rm.source.file, key="batch", fix=fix)
+
+
+SMALLER_BATCH = "use a smaller batch (`batch: max` finds the largest that fits), enable snapstream, or shorten seq_len"
+
+
+def does_not_fit(
+    rm: ResolvedMapping, program: Program, fix: str = SMALLER_BATCH
+) -> InfeasibleError:
+    """Why a compiled program overflows HBM: the weights alone (`not_even_one`), or the batch's
+    cache and workspace beside them, with `fix` saying what to change."""
+    hbm = program.hbm
+    if hbm.weights > hbm.capacity:
+        return not_even_one(rm, program)
+    return InfeasibleError(
+        f"batch {program.workload.batch} needs {hbm.used / 1e9:.1f} GB of HBM per socket "
+        f"(weights {hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}, workspace "
+        f"{hbm.workspace / 1e9:.1f}); {hbm.capacity / 1e9:.1f} GB are usable",
+        file=rm.source.file,
+        key="batch",
+        fix=fix,
+    )

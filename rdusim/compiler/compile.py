@@ -226,10 +226,6 @@ def looped_form(kernel: Kernel, hw: Hardware) -> Kernel:
     )
 
 
-def _plan_looped(kernels: list[Kernel], hw: Hardware) -> None:
-    kernels[:] = [looped_form(k, hw) for k in kernels]
-
-
 def _check_looping(kind: str, kernels: list[Kernel]) -> None:
     if len(kernels) > 1:
         names = ", ".join(k.name for k in kernels)
@@ -351,7 +347,7 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
             count = graphs.layer_counts[kind]
             looped = spec.kernel_looping and count > 1
             if looped:
-                _plan_looped(kernels, hw)
+                kernels = [looped_form(k, hw) for k in kernels]
             layers[kind] = LayerProgram(kind, count, graph, kernels, wl, looped=looped)
         extras = _extras(spec, graphs, wl, ctx)
     except SpecError as exc:

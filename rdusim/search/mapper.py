@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rdusim.compiler.capacity import max_batch
+from rdusim.compiler.capacity import does_not_fit, max_batch
 from rdusim.compiler.compile import (
     compile_context,
     compile_mapping,
@@ -402,17 +402,7 @@ def _simulate(
         failures.append(exc)
         return False
     if not program.hbm.fits:
-        hbm = program.hbm
-        failures.append(
-            InfeasibleError(
-                f"{hbm.used / 1e9:.1f} GB of HBM needed per socket at batch {batch} (weights "
-                f"{hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}), "
-                f"{hbm.capacity / 1e9:.1f} GB usable",
-                key="batch",
-                fix="use a smaller batch (`batch: max` finds the largest that fits), shorten "
-                "seq_len, enable snapstream, or use more sockets",
-            )
-        )
+        failures.append(does_not_fit(rm, program))
         return False
     result = simulate(program, rm.hardware)
     c.program, c.result = program, result

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
 
-from rdusim.compiler.capacity import max_batch, not_even_one
+from rdusim.compiler.capacity import does_not_fit, max_batch
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
-from rdusim.errors import InfeasibleError, SpecError
+from rdusim.errors import SpecError
 from rdusim.ir.model import summarize
 from rdusim.sim.model import simulate
 from rdusim.spec.catalog import resolve_mapping
@@ -257,17 +257,7 @@ def _fitting(rm: ResolvedMapping, program: Program) -> Program:
     """`program`, or an infeasible error when it does not fit in HBM."""
     if program.hbm.fits:
         return program
-    hbm = program.hbm
-    if hbm.weights > hbm.capacity:
-        raise not_even_one(rm, program)
-    raise InfeasibleError(
-        f"batch {program.workload.batch} needs {hbm.used / 1e9:.1f} GB of HBM per socket "
-        f"(weights {hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}, workspace "
-        f"{hbm.workspace / 1e9:.1f}); {hbm.capacity / 1e9:.1f} GB are usable",
-        file=rm.source.file,
-        key="batch",
-        fix="use a smaller batch (decode: `batch: max`), enable snapstream, or shorten seq_len",
-    )
+    raise does_not_fit(rm, program)
 
 
 def _prefill_hold(rm: ResolvedMapping, program: Program, cache_len: int) -> int:

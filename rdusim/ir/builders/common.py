@@ -18,6 +18,7 @@ from rdusim.ir.attrs import (
     default_attrs,
 )
 from rdusim.ir.graph import CacheRole, Dim, Graph, Op, Tensor, TensorKind, TPMode
+from rdusim.spec.model import ModelConfig
 
 TOKENS: tuple[Dim, ...] = ("B", "S")
 
@@ -289,3 +290,23 @@ def moe_ffn(b: Builder, x: str, moe: MoE) -> str:
     b.act("h_out", *TOKENS, h)
     b.op("ffn_residual", OpKind.ELEMENTWISE, [x, "moe_out"], ["h_out"], tp=TPMode.TOKEN)
     return "h_out"
+
+
+def builder_for(cfg: ModelConfig, name: str) -> Builder:
+    """A builder with the model's activation, weight and dense-weight dtypes."""
+    return Builder(
+        name, cfg.bytes_of("activations"), cfg.bytes_of("weights"), cfg.bytes_of("dense_weights")
+    )
+
+
+def build_embedding(cfg: ModelConfig) -> Graph:
+    """The token embedding, the same in every family."""
+    return embedding_graph(
+        builder_for(cfg, f"{cfg.name}.embedding"), cfg.hidden_size, cfg.vocab_size
+    )
+
+
+def build_head(cfg: ModelConfig) -> Graph:
+    """Final norm and LM head for the last token of each sequence (what the next token needs)."""
+    b = builder_for(cfg, f"{cfg.name}.head")
+    return head_graph(b, cfg.hidden_size, cfg.vocab_size, cfg.tie_word_embeddings)

@@ -22,8 +22,9 @@ from rdusim.ir.builders.common import (
     TOKENS,
     Builder,
     MoE,
-    embedding_graph,
-    head_graph,
+    build_embedding,
+    build_head,
+    builder_for,
     moe_ffn,
 )
 from rdusim.ir.builders.snapstream import CacheSource, add_prefill_compression
@@ -31,11 +32,8 @@ from rdusim.ir.graph import CacheRole, Graph, Phase, TPMode, as_phase
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import DeepSeekV3Config
 
-
-def _builder(cfg: DeepSeekV3Config, name: str) -> Builder:
-    return Builder(
-        name, cfg.bytes_of("activations"), cfg.bytes_of("weights"), cfg.bytes_of("dense_weights")
-    )
+# the family interface (`rdusim.ir.families`); embedding and head are the same in every family
+__all__ = ["build_embedding", "build_head", "build_layer", "build_mtp_projection"]
 
 
 def _query(b: Builder, cfg: DeepSeekV3Config, x: str, down_tp: TPMode) -> None:
@@ -318,7 +316,7 @@ def build_layer(
     if kind not in ("dense", "moe"):
         raise ValueError(f"unknown layer kind {kind!r}")
     phase = as_phase(phase)
-    b = _builder(cfg, f"{cfg.name}.{kind}.{phase}")
+    b = builder_for(cfg, f"{cfg.name}.{kind}.{phase}")
     x = b.act("x", *TOKENS, cfg.hidden_size)
     if phase == Phase.PREFILL:
         h = _attention_prefill(b, cfg, x, snapstream)
@@ -331,19 +329,9 @@ def build_layer(
     return b.g
 
 
-def build_embedding(cfg: DeepSeekV3Config) -> Graph:
-    return embedding_graph(_builder(cfg, f"{cfg.name}.embedding"), cfg.hidden_size, cfg.vocab_size)
-
-
-def build_head(cfg: DeepSeekV3Config) -> Graph:
-    """Final norm and LM head for the last token of each sequence (what the next token needs)."""
-    b = _builder(cfg, f"{cfg.name}.head")
-    return head_graph(b, cfg.hidden_size, cfg.vocab_size, cfg.tie_word_embeddings)
-
-
 def build_mtp_projection(cfg: DeepSeekV3Config) -> Graph:
     """The MTP module's own input ops (it then runs one MoE layer and the shared head)."""
-    b = _builder(cfg, f"{cfg.name}.mtp_proj")
+    b = builder_for(cfg, f"{cfg.name}.mtp_proj")
     h = cfg.hidden_size
     b.act("h_prev", *TOKENS, h)
     b.act("e_next", *TOKENS, h)

@@ -31,8 +31,9 @@ from rdusim.ir.builders.common import (
     TOKENS,
     Builder,
     MoE,
-    embedding_graph,
-    head_graph,
+    build_embedding,
+    build_head,
+    builder_for,
     moe_ffn,
 )
 from rdusim.ir.builders.snapstream import CacheSource, add_prefill_compression
@@ -40,11 +41,8 @@ from rdusim.ir.graph import CacheRole, Graph, Phase, TPMode, as_phase
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.model import GQAConfig, MoEConfig
 
-
-def _builder(cfg: GQAConfig, name: str) -> Builder:
-    return Builder(
-        name, cfg.bytes_of("activations"), cfg.bytes_of("weights"), cfg.bytes_of("dense_weights")
-    )
+# the family interface (`rdusim.ir.families`); embedding and head are the same in every family
+__all__ = ["build_embedding", "build_head", "build_layer"]
 
 
 def _head_norm(b: Builder, name: str, x: str, out: str, heads: int, hd: int) -> None:
@@ -203,7 +201,7 @@ def build_layer(
         raise ValueError(f"{cfg.model_type} layers are {' and '.join(sorted(kinds))}, not {kind!r}")
     phase = as_phase(phase)
     h, nh, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.attention_head_dim
-    b = _builder(cfg, f"{cfg.name}.{kind}.{phase}")
+    b = builder_for(cfg, f"{cfg.name}.{kind}.{phase}")
     _projections(b, cfg)
     _attention(b, cfg, phase, snapstream)
     b.act("attn_proj", *TOKENS, h)
@@ -217,12 +215,3 @@ def build_layer(
     else:
         _dense_ffn(b, cfg, "h_attn")
     return b.g
-
-
-def build_embedding(cfg: GQAConfig) -> Graph:
-    return embedding_graph(_builder(cfg, f"{cfg.name}.embedding"), cfg.hidden_size, cfg.vocab_size)
-
-
-def build_head(cfg: GQAConfig) -> Graph:
-    b = _builder(cfg, f"{cfg.name}.head")
-    return head_graph(b, cfg.hidden_size, cfg.vocab_size, cfg.tie_word_embeddings)
