@@ -1,44 +1,224 @@
-"""Allocation pass: PCUs and PMUs per op inside a kernel, balanced by work.
+"""Allocation pass: PCUs and PMUs per op inside a kernel, and whether the kernel can be placed.
 
-A spatial pipeline runs at the pace of its slowest stage, so PCUs go to ops in proportion to
-their compute time at unit rate; PMUs follow each op's buffers.
+A spatial pipeline runs at the pace of its slowest stage, and a kernel whose memory (HBM or the
+links) sets the pace gains nothing from PCUs beyond those that keep every op at that pace.
+
+- **PCUs.** Each compute op needs a minimum from the PCU's geometry: one systolic PCU for a
+  GEMM, as many SIMD PCUs as its element operations need pipeline stages (`stages` a PCU), and
+  for flash attention two systolic PCUs (QK^T, PV) and the softmax's SIMD stages. Every PCU is
+  first shared by work, as a balanced pipeline does; then each op keeps only the PCUs that
+  hold its phase within the phase's pace, set by the phase's slowest op or its memory floor
+  (HBM or the links), whichever is longer (rate matching, `_wanted_pcus`).
+- **PMUs.** An op's PMUs are the larger of what stages its PCUs' operands and partial sums
+  (`staging_pmus_per_pcu` each) and what its buffers' bytes fill; a memory op's its buffers'.
+  When staging and buffers together exceed the socket's PMUs, the pace is relaxed (fewer PCUs,
+  never below an op's minimum) until they fit.
+- **Legality.** A kernel can be placed when its ops' minimum PCUs, the PMUs they then need and
+  its SRAM fit one socket; `unit_overflow` says which limit is broken and by which op.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-from rdusim.compiler.program import Kernel
-from rdusim.ir.graph import CostClass
+from rdusim.compiler.program import Kernel, OpPlan
+from rdusim.errors import InfeasibleError
+from rdusim.ir.graph import CostClass, OpKind
+from rdusim.ir.ops import SIMD_OPS_PER_ELEMENT
 from rdusim.spec.hardware import Hardware
+
+# flash attention: QK^T and PV each on a systolic PCU, the online softmax between them on SIMD
+ATTENTION_SYSTOLIC_PCUS = 2
 
 
 def efficiency(hw: Hardware, cost_class: CostClass) -> float:
     return hw.calibration.efficiency(cost_class)
 
 
-def allocate(kernel: Kernel, hw: Hardware) -> None:
-    """Give every compute op at least one PCU and split the rest by work (largest remainder)."""
-    total_pcus = hw.socket.pcus
-    work = {
-        p.name: p.flops / efficiency(hw, p.cost_class)
-        for p in kernel.ops
-        if p.cost_class != CostClass.MEMORY and p.flops > 0
-    }
-    compute_ops = list(work)
-    pcus = dict.fromkeys(compute_ops, 1)
-    spare = total_pcus - len(compute_ops)
+def min_pcus(p: OpPlan, hw: Hardware) -> int:
+    """The fewest PCUs an op can be placed on (0 for an op without arithmetic)."""
+    if p.cost_class == CostClass.MEMORY or p.flops <= 0:
+        return 0
+    stages = hw.socket.pcu.stages
+    if p.cost_class == CostClass.SYSTOLIC:
+        return 1
+    if p.cost_class == CostClass.ATTENTION:
+        softmax = SIMD_OPS_PER_ELEMENT[OpKind.SOFTMAX]
+        return ATTENTION_SYSTOLIC_PCUS + math.ceil(softmax / stages)
+    return math.ceil(SIMD_OPS_PER_ELEMENT.get(p.kind, 1.0) / stages)
+
+
+def buffer_pmus(p: OpPlan, hw: Hardware) -> int:
+    """PMUs an op's buffers fill (at least one: every op holds something on chip)."""
+    return max(1, math.ceil(p.sram_bytes / hw.socket.pmu_bytes))
+
+
+def op_pmus(p: OpPlan, pcus: int, hw: Hardware) -> int:
+    """PMUs of an op on `pcus` PCUs: operand staging or buffers, whichever needs more."""
+    staging = math.ceil(hw.socket.staging_pmus_per_pcu * pcus)
+    return max(buffer_pmus(p, hw), staging)
+
+
+def pcu_seconds(p: OpPlan, hw: Hardware) -> float:
+    """An op's compute in PCU-seconds at its cost class's achieved rate."""
+    if p.cost_class == CostClass.MEMORY or p.flops <= 0:
+        return 0.0
+    return p.flops / (hw.socket.flops_per_pcu * efficiency(hw, p.cost_class))
+
+
+def phases(kernel: Kernel) -> dict[str, int]:
+    """Each op's phase: a blocking op (softmax over a row, top-k) waits for its whole input, so
+    it and what follows run after what precedes it."""
+    producers: dict[str, list[str]] = {}
+    for src, dst in kernel.edges:
+        producers.setdefault(dst, []).append(src)
+    phase: dict[str, int] = {}
+
+    def of(p: OpPlan) -> int:
+        if p.name not in phase:
+            phase[p.name] = 0  # a cycle cannot occur; this guards the recursion anyway
+            ups = [of(kernel.op(u)) for u in producers.get(p.name, ()) if u in names]
+            phase[p.name] = max(ups, default=0) + int(p.blocking)
+        return phase[p.name]
+
+    names = {p.name for p in kernel.ops}
+    for p in kernel.ops:
+        of(p)
+    return phase
+
+
+def phase_memory_s(kernel: Kernel, hw: Hardware, phase: dict[str, int]) -> dict[int, float]:
+    """Each phase's memory floor: its ops' HBM bytes at the achieved bandwidth, or the bytes
+    of the collectives that feed them over the links, whichever is longer."""
+    hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
+    hbm: dict[int, float] = {}
+    for p in kernel.ops:
+        hbm[phase[p.name]] = hbm.get(phase[p.name], 0.0) + p.hbm_bytes / hbm_rate
+    links: dict[int, float] = {}
+    for c in kernel.collectives:
+        at = c.dst if c.dst in phase else c.src
+        k = phase.get(at, 0) if at is not None else 0
+        links[k] = links.get(k, 0.0) + c.bytes / hw.links.p2p_bandwidth
+    return {k: max(hbm.get(k, 0.0), links.get(k, 0.0)) for k in set(hbm) | set(links)}
+
+
+def _by_work(work: dict[str, float], floor: dict[str, int], total: int) -> dict[str, int]:
+    """`total` PCUs over the ops: each its floor, the rest by work (largest remainder)."""
+    names = list(work)
+    pcus = dict(floor)
+    spare = total - sum(floor.values())
     total_work = sum(work.values())
-    if spare > 0 and total_work > 0:
-        shares = {n: spare * w / total_work for n, w in work.items()}
-        floors = {n: math.floor(s) for n, s in shares.items()}
-        left = spare - sum(floors.values())
-        by_rem = sorted(compute_ops, key=lambda n: (floors[n] - shares[n], compute_ops.index(n)))
-        for n in by_rem[:left]:
-            floors[n] += 1
-        for n in compute_ops:
-            pcus[n] += floors[n]
-    pmu_bytes = hw.socket.pmu_bytes
+    if spare <= 0 or total_work <= 0:
+        return pcus
+    shares = {n: spare * w / total_work for n, w in work.items()}
+    whole = {n: math.floor(s) for n, s in shares.items()}
+    left = spare - sum(whole.values())
+    for n in sorted(names, key=lambda n: (whole[n] - shares[n], names.index(n)))[:left]:
+        whole[n] += 1
+    return {n: pcus[n] + whole[n] for n in names}
+
+
+def _wanted_pcus(
+    kernel: Kernel, hw: Hardware, least: dict[str, int], slack: float = 1.0
+) -> dict[str, int]:
+    """PCUs before the PMU limit, at most every PCU shared by work.
+
+    A phase's pace is its slowest op under that sharing or its memory floor, whichever is
+    longer. Each op of a phase then keeps the fewest PCUs such that the phase's ops, even one
+    after another, would take no longer than the pace times `slack`: the sum of w_i / p_i, which
+    is least for p_i in proportion to sqrt(w_i). A tile's trip through the chain (fill and drain)
+    then costs at most the pace over the tile count, so the kernel is hardly slower, and one paced
+    by memory configures, and loads at each call, only the units it uses.
+    """
+    work = {p.name: pcu_seconds(p, hw) for p in kernel.ops if least[p.name] > 0}
+    shared = _by_work(work, {n: least[n] for n in work}, hw.socket.pcus)
+    phase = phases(kernel)
+    pace: dict[int, float] = dict(phase_memory_s(kernel, hw, phase))
+    roots: dict[int, float] = {}
+    for n, w in work.items():
+        k = phase[n]
+        pace[k] = max(pace.get(k, 0.0), w / shared[n] if shared[n] else math.inf)
+        roots[k] = roots.get(k, 0.0) + math.sqrt(w)
+    wanted = {}
+    for n, w in work.items():
+        k = phase[n]
+        need = math.sqrt(w) * roots[k] / (pace[k] * slack) if pace[k] > 0 else math.inf
+        wanted[n] = max(least[n], min(shared[n], math.ceil(need * (1 - 1e-9))))
+    return wanted
+
+
+def _kernel_pmus(kernel: Kernel, pcus: dict[str, int], hw: Hardware) -> int:
+    return sum(op_pmus(p, pcus.get(p.name, 0), hw) for p in kernel.ops)
+
+
+def _fit_pmus(kernel: Kernel, least: dict[str, int], hw: Hardware) -> dict[str, int]:
+    """The PCUs wanted at the smallest pace slack (1 or more) whose staging and buffers fit
+    the socket's PMUs; the minimum placement when none does."""
+    wanted = _wanted_pcus(kernel, hw, least)
+    if _kernel_pmus(kernel, wanted, hw) <= hw.socket.pmus:
+        return wanted
+    lo, hi = 1.0, 2.0
+    while _kernel_pmus(kernel, _wanted_pcus(kernel, hw, least, hi), hw) > hw.socket.pmus:
+        lo, hi = hi, hi * 2
+        if hi > 1e6:
+            return least
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        fits = _kernel_pmus(kernel, _wanted_pcus(kernel, hw, least, mid), hw) <= hw.socket.pmus
+        lo, hi = (lo, mid) if fits else (mid, hi)
+    return _wanted_pcus(kernel, hw, least, hi)
+
+
+def allocate(kernel: Kernel, hw: Hardware) -> None:
+    """Fill each op's PCUs and PMUs (see the module's docstring)."""
+    least = {p.name: min_pcus(p, hw) for p in kernel.ops}
+    pcus = _fit_pmus(kernel, least, hw)
     for p in kernel.ops:
         p.pcus = pcus.get(p.name, 0)
-        p.pmus = max(1, math.ceil(p.sram_bytes / pmu_bytes))
+        p.pmus = op_pmus(p, p.pcus, hw)
+
+
+def _largest(kernel: Kernel, key: Callable[[OpPlan], int]) -> OpPlan:
+    return max(kernel.ops, key=key)
+
+
+def unit_overflow(kernel: Kernel, hw: Hardware) -> tuple[str, str] | None:
+    """("PCUs" or "PMUs", what overflows) when even the kernel's minimum placement exceeds a
+    socket, else None."""
+    least = {p.name: min_pcus(p, hw) for p in kernel.ops}
+    need_pcus = sum(least.values())
+    socket = hw.socket
+    if need_pcus > socket.pcus:
+        top = _largest(kernel, lambda p: least[p.name])
+        return (
+            "PCUs",
+            f"its {sum(1 for v in least.values() if v)} compute ops need at least "
+            f"{need_pcus} PCUs ({top.name!r} {least[top.name]}), more than the {socket.pcus} "
+            "a socket has",
+        )
+    need_pmus = _kernel_pmus(kernel, least, hw)
+    if need_pmus > socket.pmus:
+        top = _largest(kernel, lambda p: op_pmus(p, least[p.name], hw))
+        return (
+            "PMUs",
+            f"its buffers and operand staging need at least {need_pmus} PMUs "
+            f"({top.name!r} {op_pmus(top, least[top.name], hw)}), more than the {socket.pmus} "
+            "a socket has",
+        )
+    return None
+
+
+def check_units(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> None:
+    """Refuse a kernel that cannot be placed on one socket's PCUs and PMUs."""
+    over = unit_overflow(kernel, hw)
+    if over is None:
+        return
+    key = f"kernels.{kind}[{index}]" if index is not None else None
+    raise InfeasibleError(
+        f"kernel {kernel.name!r} cannot be placed: {over[1]}",
+        key=key,
+        path=("kernels", kind, index) if index is not None else None,
+        fix="split the kernel (move some ops to a kernel of their own), shard it wider, "
+        "or use smaller tiles",
+    )

@@ -7,7 +7,7 @@ import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from rdusim.compiler.allocate import allocate
+from rdusim.compiler.allocate import allocate, check_units
 from rdusim.compiler.auto import auto_kernels
 from rdusim.compiler.collectives import Topology
 from rdusim.compiler.experts import ExpertLoading, Routing
@@ -128,6 +128,7 @@ def build_kernels(
         plan_sram(k, graph, wl, hw)
         if check:
             check_sram(k, kind, fk.index, hw)
+            check_units(k, kind, fk.index, hw)
         allocate(k, hw)
         kernels.append(k)
     return kernels

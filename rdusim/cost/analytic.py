@@ -241,7 +241,7 @@ def estimate(
     return KernelEstimate(
         pipeline_s=pipe,
         period_s=period,
-        call_s=call_cost(hw, orchestration),
+        call_s=call_cost(kernel, hw, orchestration),
         executions=max(1, looped_executions),
         hbm_s=hbm,
         p2p_s=p2p,

@@ -5,7 +5,7 @@ comes first) fused into one kernel, every other op in a kernel of its own. Under
 plan the compiler's sharding pass gives the candidate exactly the per-op costs, collectives and
 HBM traffic at its edges it will have in any program where it is one kernel: what crosses a
 kernel edge depends only on which ops share the kernel. A candidate is legal when it fits a
-socket: SRAM (the compiler's own check), one PCU per compute op, and the PMUs its buffers take.
+socket: SRAM, PCUs and PMUs (the compiler's own checks, `rdusim.compiler.allocate`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from rdusim.compiler.compile import (
     layer_workload,
     shard_context,
 )
+from rdusim.compiler.allocate import unit_overflow
 from rdusim.compiler.fusion import FusedKernel
 from rdusim.compiler.program import Kernel
 from rdusim.compiler.sharding import LayerInput, shard
 from rdusim.errors import InfeasibleError, SpecError
-from rdusim.ir.graph import CostClass, Graph, Phase, Workload
+from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import build_model
 from rdusim.search.space import ShardingPlan, kv_block_options, plans_for
 from rdusim.spec.mapping import KernelSpec, ResolvedMapping, Sharding, Tiling, snapstream_sizes
@@ -136,12 +137,9 @@ class CandidateBuilder:
             return Refusal(Limit.SRAM, exc.problem)
         except SpecError as exc:
             return Refusal(Limit.SHARDING, exc.problem)
-        socket = self.ctx.hw.socket
-        compute = [p for p in kernel.ops if p.cost_class != CostClass.MEMORY and p.flops > 0]
-        if len(compute) > socket.pcus:
-            return Refusal(Limit.PCUS, f"{len(compute)} compute ops, {socket.pcus} PCUs")
-        if kernel.pmus > socket.pmus:
-            return Refusal(Limit.PMUS, f"buffers take {kernel.pmus} PMUs of {socket.pmus}")
+        over = unit_overflow(kernel, self.ctx.hw)
+        if over is not None:
+            return Refusal(Limit(over[0]), over[1])
         return Candidate(start, end, kv_block, kernel)
 
 

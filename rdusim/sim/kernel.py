@@ -6,10 +6,8 @@ worth of rows), so a long prompt has thousands; simulating them all would be slo
 fewer would overstate fill and drain. The engine therefore runs at two resolutions and the
 kernel's time is read off the line at its real tile count.
 
-Each call costs program load, argument load and the sockets' synchronisation (MICRO'24 SN40L
-§IV-D): `software_call_s` when the host issues calls and waits for every socket, or
-`hardware_call_s` plus the sockets' barrier on the links (one round fully connected, d - 1 on
-a ring) when the AGCUs run a pre-loaded call sequence. A looped call (Koeplinger et al., "Kernel Looping", arXiv 2410.23668) runs N
+Each call costs program load, argument load and the sockets' barrier, plus the host's round trip
+when the host issues it (`rdusim.cost.calls`). A looped call (Koeplinger et al., "Kernel Looping", arXiv 2410.23668) runs N
 consecutive executions of one kernel as one call with a pipelined outer loop: one call, one fill
 and drain, and iterations that overlap. The first three chained iterations are simulated: the
 second still profits from the idle bandwidth of the first, the third runs at the loop's steady
@@ -115,7 +113,7 @@ def time_kernel(
             period = _pipeline_at(kernel, hw, three, n, 3, sockets) - t2
     scale = pipeline / one.pipeline_s if one.pipeline_s > 0 else 1.0
     ops = [replace(o, stall_s=max(0.0, pipeline - max(o.busy_s, o.hbm_s))) for o in one.ops]
-    call = call_cost(hw, orchestration)
+    call = call_cost(kernel, hw, orchestration)
     slices = [
         Slice(s.track, s.name, call + s.start * scale, call + s.end * scale, s.socket)
         for s in one.slices

@@ -22,6 +22,7 @@ from rdusim.spec.yamlio import load_model
 # typo (1e300, 1e-300) is an error instead of an overflow, a NaN or an hour-long simulation.
 Bytes = Annotated[float, Field(ge=1e3, le=1e18, allow_inf_nan=False)]
 Bandwidth = Annotated[float, Field(ge=1e6, le=1e18, allow_inf_nan=False)]
+UnitBytes = Annotated[float, Field(ge=1, le=1e9, allow_inf_nan=False)]
 Count = Annotated[int, Field(gt=0, le=1_000_000)]
 Fraction = Annotated[float, Field(ge=0.01, le=1, allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0, le=1.0, allow_inf_nan=False)]
@@ -34,11 +35,29 @@ class Memory(Strict):
     bandwidth: Bandwidth = Field(description="peak bytes/s")
 
 
+class PCUGeometry(Strict):
+    """One Pattern Compute Unit: `lanes` SIMD lanes (systolic columns) by `stages` pipeline
+    stages (systolic rows). A systolic PCU does lanes x stages multiply-adds a cycle; a SIMD PCU
+    runs up to `stages` element operations in a pipeline on `lanes` elements at once."""
+
+    lanes: Count
+    stages: Count
+
+
 class Socket(Strict):
     tiles: Count
     pcus: Count
     pmus: Count
     pmu_bytes: int = Field(gt=0, le=1_000_000_000)
+    pcu: PCUGeometry
+    staging_pmus_per_pcu: float = Field(
+        ge=0,
+        le=16,
+        allow_inf_nan=False,
+        description="PMUs that stage a working PCU's operands and accumulators",
+    )
+    config_bytes_per_pcu: UnitBytes = Field(description="configuration a call loads per PCU")
+    config_bytes_per_pmu: UnitBytes = Field(description="configuration a call loads per PMU")
     sram_bytes: Bytes
     clock_hz: float = Field(ge=1e6, le=1e12, allow_inf_nan=False)
     peak_bf16_flops: float = Field(ge=1e9, le=1e18, allow_inf_nan=False)
@@ -95,14 +114,27 @@ class Calibration(Strict):
     attention_efficiency: Fraction
     simd_efficiency: Fraction
     hbm_efficiency: Fraction
-    software_call_s: Seconds = Field(
-        description="a host-orchestrated kernel call: program load, argument load, completion"
+    config_bandwidth: Bandwidth = Field(
+        description="bytes/s at which a kernel call loads its program into the units it uses"
     )
-    hardware_call_s: Seconds = Field(
-        description="an AGCU-orchestrated kernel call: program and argument load (the sockets' "
-        "barrier is added from the links)"
+    argument_load_s: Seconds = Field(description="loading one kernel call's arguments")
+    host_round_trip_s: Seconds = Field(
+        description="what a host-issued call adds to an AGCU-issued one: the host's issue and "
+        "completion round trip"
     )
     hbm_usable_fraction: Fraction
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and {"software_call_s", "hardware_call_s"} & set(data):
+            raise PydanticCustomError(
+                "renamed",
+                "software_call_s and hardware_call_s are replaced by a call's parts: "
+                "config_bandwidth (program load), argument_load_s and host_round_trip_s "
+                "(see rdusim/hardware/sn40l-16.yaml)",
+            )
+        return data
 
     def efficiency(self, cost_class: str) -> float:
         """Achieved fraction of peak for an op's cost class (data movement: 1, it has no
