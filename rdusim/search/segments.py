@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
+from rdusim.compiler.allocate import unit_overflow
 from rdusim.compiler.compile import (
     CompileContext,
     build_kernels,
@@ -22,7 +23,6 @@ from rdusim.compiler.compile import (
     layer_workload,
     shard_context,
 )
-from rdusim.compiler.allocate import unit_overflow
 from rdusim.compiler.fusion import FusedKernel
 from rdusim.compiler.program import Kernel
 from rdusim.compiler.sharding import LayerInput, shard
