@@ -41,10 +41,22 @@ class MapRun:
 
 
 def calibration_summary(rm: ResolvedMapping) -> dict[str, Any]:
-    from rdusim.validation.calibrate import FITTED_ON
+    """Each calibrated parameter's value in this run's hardware, with what the shipped posterior
+    says of it: its 90% interval and the evidence items that pin it."""
+    from rdusim.uncertainty.ensemble import shipped_ensemble
+    from rdusim.uncertainty.parameters import PARAMETERS
 
-    cal = rm.hardware.calibration.model_dump()
-    return {k: {"value": v, "fitted_on": FITTED_ON.get(k)} for k, v in cal.items()}
+    ensemble = shipped_ensemble()
+    out: dict[str, Any] = {}
+    for p in PARAMETERS:
+        known = ensemble.parameters.get(p.name, {}) if ensemble else {}
+        out[p.name] = {
+            "value": p.get(rm.hardware),
+            "p05": known.get("p05"),
+            "p95": known.get("p95"),
+            "pinned_by": known.get("pinned_by", []),
+        }
+    return out
 
 
 def run(
@@ -63,6 +75,29 @@ def run(
     return Report.model_validate(run_resolved(rm).report)
 
 
+def uncertainty_report(result: SimResult, hw: Hardware) -> dict[str, Any]:
+    """The report's `intervals`, `drivers` and `uncertainty` sections (empty without a shipped
+    ensemble)."""
+    from rdusim.uncertainty.ensemble import shipped_ensemble
+    from rdusim.uncertainty.summary import assess
+
+    ensemble = shipped_ensemble()
+    if ensemble is None:
+        return {}
+    u = assess(result, hw, ensemble)
+    return {
+        "intervals": u.intervals,
+        "drivers": u.drivers(ensemble, result.total_latency_s),
+        "uncertainty": {
+            "members": u.members,
+            "discrepancy": u.discrepancy,
+            "method": ensemble.method,
+            "covers": "the calibrated parameters' posterior given the evidence, with the "
+            "mapping, batch and kernels as compiled; not the model's discrepancy",
+        },
+    }
+
+
 def run_mapping(
     path: str | Path | Mapping | dict[str, Any],
     overrides: list[str] | None = None,
@@ -73,9 +108,11 @@ def run_mapping(
     hardware: Hardware | None = None,
     search: SearchOptions | None = None,
     progress: Callable[[str], None] | None = None,
+    uncertainty: bool = True,
 ) -> MapRun:
     """Compile and simulate a mapping file, shipped name, `Mapping` or dict, with `--set`-style
-    `overrides`; `hardware` replaces the one the mapping names (what-ifs, calibration)."""
+    `overrides`; `hardware` replaces the one the mapping names (what-ifs, calibration);
+    `uncertainty` adds intervals and drivers over the shipped ensemble."""
     if isinstance(path, str | Path):
         rm = load_mapping(path, overrides)
     else:
@@ -88,6 +125,7 @@ def run_mapping(
         hardware=hardware,
         search=search,
         progress=progress,
+        uncertainty=uncertainty,
     )
 
 
@@ -139,10 +177,12 @@ def run_resolved(
     hardware: Hardware | None = None,
     search: SearchOptions | None = None,
     progress: Callable[[str], None] | None = None,
+    uncertainty: bool = True,
 ) -> MapRun:
     """Compile (resolving `batch: max`) and simulate an already loaded mapping; `kernels: auto`
     is resolved by the auto-mapper's search first (`search` sets its objective and how many
-    alternatives it reports)."""
+    alternatives it reports). With `uncertainty`, the report carries each headline number's
+    interval over the shipped calibration ensemble and what each time rests on."""
     if hardware is not None:
         rm = replace(rm, hardware=hardware)
     auto: AutoMapping | None = None
@@ -160,6 +200,8 @@ def run_resolved(
         program, result, snapstream_extra=extra, calibration=calibration_summary(rm)
     )
     report["max_batch_size"] = capacity_batch
+    if uncertainty and result is not None:
+        report.update(uncertainty_report(result, rm.hardware))
     if auto is not None:
         report["auto_mapping"] = auto.summary()
         if search is not None and search.alternatives:

@@ -8,7 +8,7 @@ links) sets the pace gains nothing from PCUs beyond those that keep every op at 
   for flash attention two systolic PCUs (QK^T, PV) and the softmax's SIMD stages. Every PCU is
   first shared by work, as a balanced pipeline does; then each op keeps only the PCUs that
   hold its phase within the phase's pace, set by the phase's slowest op or its memory floor
-  (HBM or the links), whichever is longer (rate matching, `_wanted_pcus`).
+  (HBM or the links), whichever is longer (rate matching, `_Demand.wanted`).
 - **PMUs.** An op's PMUs are the larger of what stages its PCUs' operands and partial sums
   (`staging_pmus_per_pcu` each) and what its buffers' bytes fill; a memory op's its buffers'.
   When staging and buffers together exceed the socket's PMUs, the pace is relaxed (fewer PCUs,
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rdusim.compiler.program import Kernel, OpPlan
 from rdusim.errors import InfeasibleError
@@ -119,64 +120,103 @@ def _by_work(work: dict[str, float], floor: dict[str, int], total: int) -> dict[
     return {n: pcus[n] + whole[n] for n in names}
 
 
-def _wanted_pcus(
-    kernel: Kernel, hw: Hardware, least: dict[str, int], slack: float = 1.0
-) -> dict[str, int]:
-    """PCUs before the PMU limit, at most every PCU shared by work.
+@dataclass(frozen=True)
+class _Demand:
+    """What rate matching needs of a kernel under one hardware: each compute op's work, its
+    share of every PCU, its phase's pace, and the phase's sum of root-works."""
 
-    A phase's pace is its slowest op under that sharing or its memory floor, whichever is
-    longer. Each op of a phase then keeps the fewest PCUs such that the phase's ops, even one
-    after another, would take no longer than the pace times `slack`: the sum of w_i / p_i, which
-    is least for p_i in proportion to sqrt(w_i). A tile's trip through the chain (fill and drain)
-    then costs at most the pace over the tile count, so the kernel is hardly slower, and one paced
-    by memory configures, and loads at each call, only the units it uses.
-    """
+    least: dict[str, int]
+    work: dict[str, float]
+    shared: dict[str, int]
+    pace: dict[str, float]  # by op: its phase's pace
+    roots: dict[str, float]  # by op: its phase's sum of sqrt(work)
+    buffers: dict[str, int]  # every op's buffer PMUs
+    staging: float
+
+    def wanted(self, slack: float = 1.0) -> dict[str, int]:
+        """PCUs before the PMU limit, at most every PCU shared by work.
+
+        A phase's pace is its slowest op under that sharing or its memory floor, whichever is
+        longer. Each op of a phase then keeps the fewest PCUs such that the phase's ops, even
+        one after another, would take no longer than the pace times `slack`: the sum of
+        w_i / p_i, which is least for p_i in proportion to sqrt(w_i). A tile's trip through the
+        chain (fill and drain) then costs at most the pace over the tile count, so the kernel is
+        hardly slower, and one paced by memory configures, and loads at each call, only the
+        units it uses.
+        """
+        out = {}
+        for n, w in self.work.items():
+            pace = self.pace[n]
+            need = math.sqrt(w) * self.roots[n] / (pace * slack) if pace > 0 else math.inf
+            out[n] = max(self.least[n], min(self.shared[n], math.ceil(need * (1 - 1e-9))))
+        return out
+
+    def pmus(self, pcus: dict[str, int]) -> int:
+        return sum(
+            max(b, math.ceil(self.staging * pcus.get(n, 0))) for n, b in self.buffers.items()
+        )
+
+
+def _demand(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -> _Demand:
+    least = {p.name: min_pcus(p, hw) for p in kernel.ops}
     work = {p.name: pcu_seconds(p, hw) for p in kernel.ops if least[p.name] > 0}
     shared = _by_work(work, {n: least[n] for n in work}, hw.socket.pcus)
-    phase = phases(kernel)
+    phase = phase if phase is not None else phases(kernel)
     pace: dict[int, float] = dict(phase_memory_s(kernel, hw, phase))
     roots: dict[int, float] = {}
     for n, w in work.items():
         k = phase[n]
         pace[k] = max(pace.get(k, 0.0), w / shared[n] if shared[n] else math.inf)
         roots[k] = roots.get(k, 0.0) + math.sqrt(w)
-    wanted = {}
-    for n, w in work.items():
-        k = phase[n]
-        need = math.sqrt(w) * roots[k] / (pace[k] * slack) if pace[k] > 0 else math.inf
-        wanted[n] = max(least[n], min(shared[n], math.ceil(need * (1 - 1e-9))))
-    return wanted
+    return _Demand(
+        least=least,
+        work=work,
+        shared=shared,
+        pace={n: pace[phase[n]] for n in work},
+        roots={n: roots[phase[n]] for n in work},
+        buffers={p.name: buffer_pmus(p, hw) for p in kernel.ops},
+        staging=hw.socket.staging_pmus_per_pcu,
+    )
+
+
+def _fit_pmus(demand: _Demand, pmus: int) -> dict[str, int]:
+    """The PCUs wanted at the smallest pace slack (1 or more, to 1%) whose staging and buffers
+    fit `pmus`; the minimum placement when none does."""
+    wanted = demand.wanted()
+    if demand.pmus(wanted) <= pmus:
+        return wanted
+    lo, hi = 1.0, 2.0
+    while demand.pmus(demand.wanted(hi)) > pmus:
+        lo, hi = hi, hi * 2
+        if hi > 1e6:
+            return {n: demand.least[n] for n in demand.work}
+    while hi / lo > 1.01:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if demand.pmus(demand.wanted(mid)) <= pmus else (mid, hi)
+    return demand.wanted(hi)
+
+
+def allocation(
+    kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None
+) -> dict[str, tuple[int, int]]:
+    """Each op's (PCUs, PMUs) under `hw` (see the module's docstring); `phase` may be given
+    when the caller already knows it (it depends on the kernel's structure alone)."""
+    demand = _demand(kernel, hw, phase)
+    pcus = _fit_pmus(demand, hw.socket.pmus)
+    return {
+        p.name: (pcus.get(p.name, 0), op_pmus(p, pcus.get(p.name, 0), hw)) for p in kernel.ops
+    }
+
+
+def allocate(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -> None:
+    """Fill each op's PCUs and PMUs (see the module's docstring)."""
+    units = allocation(kernel, hw, phase)
+    for p in kernel.ops:
+        p.pcus, p.pmus = units[p.name]
 
 
 def _kernel_pmus(kernel: Kernel, pcus: dict[str, int], hw: Hardware) -> int:
     return sum(op_pmus(p, pcus.get(p.name, 0), hw) for p in kernel.ops)
-
-
-def _fit_pmus(kernel: Kernel, least: dict[str, int], hw: Hardware) -> dict[str, int]:
-    """The PCUs wanted at the smallest pace slack (1 or more) whose staging and buffers fit
-    the socket's PMUs; the minimum placement when none does."""
-    wanted = _wanted_pcus(kernel, hw, least)
-    if _kernel_pmus(kernel, wanted, hw) <= hw.socket.pmus:
-        return wanted
-    lo, hi = 1.0, 2.0
-    while _kernel_pmus(kernel, _wanted_pcus(kernel, hw, least, hi), hw) > hw.socket.pmus:
-        lo, hi = hi, hi * 2
-        if hi > 1e6:
-            return least
-    while hi / lo > 1.001:
-        mid = math.sqrt(lo * hi)
-        fits = _kernel_pmus(kernel, _wanted_pcus(kernel, hw, least, mid), hw) <= hw.socket.pmus
-        lo, hi = (lo, mid) if fits else (mid, hi)
-    return _wanted_pcus(kernel, hw, least, hi)
-
-
-def allocate(kernel: Kernel, hw: Hardware) -> None:
-    """Fill each op's PCUs and PMUs (see the module's docstring)."""
-    least = {p.name: min_pcus(p, hw) for p in kernel.ops}
-    pcus = _fit_pmus(kernel, least, hw)
-    for p in kernel.ops:
-        p.pcus = pcus.get(p.name, 0)
-        p.pmus = op_pmus(p, p.pcus, hw)
 
 
 def _largest(kernel: Kernel, key: Callable[[OpPlan], int]) -> OpPlan:

@@ -54,6 +54,33 @@ def seconds(value: float | None) -> str:
     return f"{value * 1e6:.1f} us"
 
 
+def _time_unit(value: float) -> tuple[float, str]:
+    if value >= 1:
+        return 1.0, "s"
+    if value >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "us"
+
+
+def seconds_with(value: float | None, interval: dict[str, float] | None) -> str:
+    """'8.727 s (7.91–9.93)': a time and its 90% interval in the time's unit."""
+    text = seconds(value)
+    if value is None or not interval:
+        return text
+    scale, _ = _time_unit(value)
+    return f"{text} ({interval['p05'] * scale:.3g}–{interval['p95'] * scale:.3g})"
+
+
+def number_with(value: float | None, interval: dict[str, float] | None, fmt: str = ".0f") -> str:
+    """'1594 (1512–1681)': a number and its 90% interval."""
+    if value is None:
+        return "-"
+    text = format(value, fmt)
+    if not interval:
+        return text
+    return f"{text} ({format(interval['p05'], fmt)}–{format(interval['p95'], fmt)})"
+
+
 # --- paragraphs ------------------------------------------------------------------------------
 
 

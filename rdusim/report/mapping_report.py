@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rdusim.report.console import (
+    number_with,
     seconds,
+    seconds_with,
     si,
     table_blocks,
     terminal_width,
@@ -206,25 +208,60 @@ def _summary(r: dict[str, Any]) -> list[str]:
         "usable",
         f"SRAM peak per socket: {si(r['sram_peak_bytes'], 'B')}",
     ]
+    iv = r.get("intervals") or {}
     if r["total_latency_s"] is not None:
         what = "time to first token" if r["phase"] == "prefill" else "decode step"
-        out.append(f"{what}: {seconds(r['total_latency_s'])}")
+        out.append(f"{what}: {seconds_with(r['total_latency_s'], iv.get('total_latency_s'))}")
     if r.get("kernel_call_time_s") is not None:
         looping = ", kernel looping" if r.get("kernel_looping") else ""
+        calls = seconds_with(r["kernel_call_time_s"], iv.get("kernel_call_time_s"))
         out.append(
             f"kernel calls: {r['kernel_calls']} ({r['orchestration']} orchestration{looping}), "
-            f"{seconds(r['kernel_call_time_s'])} of it"
+            f"{calls} of it"
         )
     if r["phase"] == "decode":
         out += _decode_summary(r)
     if r["traffic_bytes"]:
         t = r["traffic_bytes"]
         out.append(f"traffic per socket: HBM {si(t['hbm'], 'B')}, P2P {si(t['p2p'], 'B')}")
-    out.append(
-        "(shares and throughputs are predictions of the model; see `rdusim validate` "
-        "for which published figures the calibration was fitted on)"
-    )
+    out += _rests_on(r)
     return out
+
+
+TERM_NAMES = {
+    "calls": "kernel calls",
+    "hbm": "HBM streaming",
+    "compute": "compute",
+    "links": "collectives",
+    "fill_drain": "fill/drain",
+}
+
+
+def _rests_on(r: dict[str, Any]) -> list[str]:
+    """What the time rests on: its split by cost term, largest first, each with the parameter
+    it moves with most and whether any evidence pins that parameter."""
+    drivers = r.get("drivers")
+    unc = r.get("uncertainty")
+    if not drivers or not unc:
+        return ["(no calibration ensemble: intervals unavailable)"]
+    parts = []
+    terms = sorted(drivers["terms"].items(), key=lambda kv: -kv[1]["share"])
+    for name, t in terms:
+        if t["share"] < 0.005:
+            continue
+        text = f"{TERM_NAMES.get(name, name)} {t['share']:.0%}"
+        rests = [x for x in t["rests_on"] if x.get("elasticity") is not None]
+        if rests:
+            top = max(rests, key=lambda x: abs(x["elasticity"]))
+            pinned = "pinned by evidence" if top["pinned_by"] and (top["narrowing"] or 1) < 0.8 else "prior only"
+            text += f" ({top['parameter']}, {pinned})"
+        parts.append(text)
+    return [
+        "rests on: " + ", ".join(parts),
+        f"(intervals: 5th–95th percentile over {unc['members']} calibrated parameter sets; "
+        f"beyond them the model's own error is ~{unc['discrepancy']:.0%}; `rdusim validate` "
+        "shows the evidence)",
+    ]
 
 
 def _calibration_lines(r: dict[str, Any], width: int) -> list[str]:
@@ -248,14 +285,16 @@ def _decode_summary(r: dict[str, Any]) -> list[str]:
     else:
         how = "none (1 token per step)"
     out.append(f"multi-token prediction: {how}")
+    iv = r.get("intervals") or {}
     if r["throughput_tokens_per_s"] is not None:
+        tput = number_with(r["throughput_tokens_per_s"], iv.get("throughput_tokens_per_s"))
         out.append(
-            f"throughput: {r['throughput_tokens_per_s']:.0f} tokens/s "
+            f"throughput: {tput} tokens/s "
             f"(batch {r['batch']} x {r['tokens_per_step']:.3g} tokens per step)"
         )
     if r.get("tpot_s"):
         out.append(
-            f"time per output token: {seconds(r['tpot_s'])} "
+            f"time per output token: {seconds_with(r['tpot_s'], iv.get('tpot_s'))} "
             f"({1.0 / r['tpot_s']:.1f} tokens/s per user)"
         )
     upd = r["snapstream"].get("decode_update_sram_bytes")

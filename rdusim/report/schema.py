@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from rdusim.compiler.program import Program
-from rdusim.serving.decode import throughput as serving_throughput
 from rdusim.sim.model import SimResult
 
 SCHEMA_VERSION = 2  # 2: kernel calls, MTP, expert routing, collective rounds
@@ -87,7 +86,7 @@ def build_report(
         for name, lp in program.extras.items()
     }
     total_latency = result.total_latency_s if result else None
-    throughput = serving_throughput(result) if result else None
+    throughput = result.throughput_tokens_per_s if result else None
     ss: dict[str, Any] = {"enabled": program.snapstream, "kv_len": program.kv_len}
     ss.update(snapstream_extra or {})
     return {

@@ -141,8 +141,53 @@ class MtpReport(_Part):
 
 
 class CalibrationEntry(_Part):
+    """A calibrated parameter: its value in this run, the shipped posterior's 90% interval and
+    the evidence items that pin it most (none: only its prior speaks)."""
+
     value: Num
-    fitted_on: str | None
+    p05: Num | None
+    p95: Num | None
+    pinned_by: list[str]
+
+
+class Interval(_Part):
+    """The 5th, 50th and 95th percentile of a number over the calibration ensemble."""
+
+    p05: Num
+    p50: Num
+    p95: Num
+
+
+class RestsOn(_Part):
+    """A calibrated parameter a cost term moves with: its elasticity, posterior 90% interval,
+    how much the evidence narrowed its prior (1: not at all) and the items that pin it."""
+
+    parameter: str
+    elasticity: Num | None
+    p05: Num | None
+    p95: Num | None
+    narrowing: Num | None
+    pinned_by: list[str]
+
+
+class TermReport(_Part):
+    seconds: Num
+    share: Num
+    rests_on: list[RestsOn]
+
+
+class DriversReport(_Part):
+    """The run's time split by cost term, and its elasticity to each calibrated parameter."""
+
+    terms: dict[str, TermReport]
+    elasticity: dict[str, Num]
+
+
+class UncertaintyReport(_Part):
+    members: int
+    discrepancy: Num
+    method: str
+    covers: str
 
 
 class BoundaryReport(_Part):
@@ -212,6 +257,9 @@ class Report(_Part):
     tpot_s: Num | None
     throughput_tokens_per_s: Num | None
     calibration: dict[str, CalibrationEntry] | None
+    intervals: dict[str, Interval] | None = None  # metric -> its interval over the ensemble
+    drivers: DriversReport | None = None
+    uncertainty: UncertaintyReport | None = None
     auto_mapping: AutoMappingReport | None = None  # kernels: auto only
     alternatives: list[AlternativeReport] | None = None  # with --alternatives N
 

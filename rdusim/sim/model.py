@@ -74,6 +74,15 @@ class SimResult:
     def kernel_call_time_s(self) -> float:
         return sum(r.call_time_s for r in self.all_layers())
 
+    @property
+    def throughput_tokens_per_s(self) -> float:
+        """Decode: batch x tokens accepted per step (MTP; the paper's 2.4) / step time.
+        Prefill: prompt tokens / time to first token."""
+        program = self.program
+        wl = program.workload
+        tokens = wl.batch * (program.tokens_per_step if program.phase == "decode" else wl.seq)
+        return tokens / self.total_latency_s
+
     def traffic(self, which: str) -> float:
         """Bytes moved per socket over HBM or P2P for the whole prompt/step."""
         attr = "hbm_bytes" if which == "hbm" else "p2p_bytes"

@@ -1,223 +1,247 @@
-"""The fit behind `rdusim calibrate`: which published figures pin which parameter, and whether the
-fit identifies them.
+"""`rdusim calibrate`: the posterior of the calibrated parameters, and the ensemble it ships as.
 
-Four parameters are fitted by least squares, each cell's deviation measured in its acceptance
-tolerance (a chi-square whose sigma is the band a cell must fall in):
-
-* `gemm_efficiency` and `attention_efficiency` on Table 4's shares. Shares alone fix only their
-  ratio; the absolute level comes through the Streaming Ring Buffer share, a kernel that moves
-  about a microsecond of data, so its share is a call's cost over the layer's time;
-* `software_call_s` on Table 5's 128K-with-SnapStream throughput (the paper's deployment issues
-  calls from the host) and, through the same ring-buffer share, on Table 4;
-* `hardware_call_s` on kernel looping's largest published decode speed-up: one datum for one
-  parameter, so its standard error reflects the other cells' misfit, not a redundancy of its own.
-
-From the Jacobian at the solution come each parameter's standard error, their correlations and
-the condition number of the relative sensitivities. A fit is identifiable when no parameter sits
-at a bound, every correlation stays below `MAX_CORRELATION` in magnitude, the condition number
-below `MAX_CONDITION` and every relative standard error below `MAX_RELATIVE_STDERR`.
+`calibrate` builds every fitted item's runs, finds the posterior (`rdusim.validation.posterior`:
+mode, Laplace covariance, importance sampling), and resamples a seeded ensemble of parameter
+sets. Each parameter's summary says its prior range, its posterior quantiles, how much the
+evidence narrowed it, and which items pin it most; each shared deployment's summary says which
+of its readings the evidence favours. `write_calibration` stores the ensemble as package data
+and puts its median into the hardware presets, so the point values are the ensemble's median.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import math
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rdusim.spec.hardware import Hardware
-from rdusim.validation import paper as pp
-from rdusim.validation.cells import Cell
+from rdusim.spec.hardware import Hardware, load_hardware
+from rdusim.uncertainty.ensemble import ENSEMBLE_FILE, Ensemble
+from rdusim.uncertainty.parameters import PARAMETERS, values_of
+from rdusim.validation.items import Evidence, shipped_evidence
+from rdusim.validation.likelihood import sigma
+from rdusim.validation.posterior import (
+    Z90,
+    Linearised,
+    Problem,
+    Progress,
+    Sample,
+    build_problem,
+    find_mode,
+    importance_sample,
+    surrogate_chain,
+    laplace_covariance,
+    reading_weights,
+    systematic_resample,
+)
 
-FITTED_PARAMS = ("gemm_efficiency", "attention_efficiency", "software_call_s", "hardware_call_s")
-
-BOUNDS = {
-    "gemm_efficiency": (0.05, 1.0),
-    "attention_efficiency": (0.05, 1.0),
-    "software_call_s": (0.0, 2e-3),
-    "hardware_call_s": (0.0, 5e-4),
-}
-
-FITTED_ON: dict[str, str] = {
-    "gemm_efficiency": "fitted: Table 4 (GEMM kernels' shares; level via the ring-buffer share)",
-    "attention_efficiency": "fitted: Table 4 (MHA share)",
-    "simd_efficiency": "not fitted: SIMD vs systolic ALUs per PCU (MICRO'24 §IV-A)",
-    "hbm_efficiency": "not fitted: ~85% of HBM bandwidth in a fused decoder (MICRO'24 §VI-C)",
-    "software_call_s": "fitted: Table 5 (128K, SnapStream) and Table 4's ring-buffer share",
-    "hardware_call_s": "fitted: kernel looping's 2.2x decode speed-up (arXiv 2410.23668)",
-    "hbm_usable_fraction": "fitted: Table 5 max batch sizes (read off a band, not least squares)",
-}
-
-MAX_CORRELATION = 0.95
-MAX_CONDITION = 1e3
-MAX_RELATIVE_STDERR = 0.5
-AT_BOUND = 1e-3  # a parameter within this fraction of its range from a bound sits on it
-
-
-def with_calibration(hw: Hardware, **values: float) -> Hardware:
-    """A copy of `hw` with some calibration values replaced."""
-    return hw.model_copy(update={"calibration": hw.calibration.model_copy(update=values)})
-
-
-def fit_cells(hw: Hardware) -> list[Cell]:
-    """The cells the fit matches: Table 4's shares, the fitted Table 5 throughput and the
-    kernel-looping speed-up."""
-    cells = [c for c in pp.table4(hw) if c.bound == "band"]  # the seven shares
-    seq, ss = 131072, True
-    t5 = pp.paper()["table5"]
-    row = next(r for r in t5["rows"] if r["seq_len"] == seq)
-    sim = pp.table5_run(seq, ss, hw)
-    pub = row["tput_ss"]
-    cells.append(
-        Cell(
-            "table5",
-            f"{seq // 1024}K throughput (SnapStream)",
-            sim["tput"],
-            pub,
-            t5["tolerance"]["throughput_relative"] * pub,
-            "tokens/s",
-            True,
-        )
-    )
-    cells += pp.kernel_looping(hw)
-    return cells
-
-
-def residuals(hw: Hardware) -> list[float]:
-    """Deviations of the fitted cells, each in units of its tolerance."""
-    return [(c.simulated - c.published) / c.tolerance for c in fit_cells(hw)]
+SEED = 20251105  # the SnapStream paper's arXiv date: any fixed seed would do
+DRAWS = 512  # importance-sampling draws priced exactly
+MEMBERS = 64  # parameter sets in the shipped ensemble
+START_DISCREPANCY = 0.1  # where the mode search starts the model error (the prior's middle)
+PINNED_SHARE = 0.05  # an item pins a parameter when it carries this share of its information
 
 
 @dataclass
-class FitResult:
-    hardware: Hardware
-    cells: list[Cell]
-    values: dict[str, float]
-    stderr: dict[str, float]
-    at_bound: dict[str, bool]
-    correlation: list[list[float]]
-    condition_number: float
-    problems: list[str] = field(default_factory=list)
+class Calibration:
+    """The posterior and what it says."""
+
+    problem: Problem
+    mode: np.ndarray
+    covariance: np.ndarray
+    linearised: Linearised
+    sample: Sample
+    ensemble: Ensemble
+    readings: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
-    def identifiable(self) -> bool:
-        return not self.problems
+    def effective_size(self) -> float:
+        return self.sample.effective_size
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "parameters": {
-                n: {"value": self.values[n], "stderr": self.stderr[n], "at_bound": self.at_bound[n]}
-                for n in FITTED_PARAMS
-            },
-            "parameter_order": list(FITTED_PARAMS),
-            "correlation": self.correlation,
-            "condition_number": self.condition_number,
-            "identifiable": self.identifiable,
-            "problems": self.problems,
-            "residuals": [
-                {
-                    "table": c.table,
-                    "cell": c.item,
-                    "simulated": c.simulated,
-                    "published": c.published,
-                    "relative_error": c.simulated / c.published - 1.0,
-                }
-                for c in self.cells
-            ],
+            "method": self.ensemble.method,
+            "seed": self.ensemble.seed,
+            "members": len(self.ensemble),
+            "draws": len(self.sample.log_weights),
+            "effective_sample_size": self.effective_size,
+            "evaluations": self.problem.evaluations,
+            "discrepancy": self.ensemble.discrepancy,
+            "parameters": self.ensemble.parameters,
+            "readings": self.readings,
+            "fitted_items": list(self.ensemble.fitted_items),
         }
 
 
-def _statistics(
-    jac_x: np.ndarray, resid: np.ndarray, x: np.ndarray, constraints: int = 0
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """(standard errors, correlation matrix, condition number) from the Jacobian in parameter
-    units, the residuals and the parameter values. `constraints` are exact relations among the
-    data (shares that sum to 100%), each one fewer independent datum. A singular J^T J, a
-    parameter the data do not see, gives an infinite standard error."""
-    m, n = jac_x.shape
-    dof = max(1, m - n - constraints)
-    s2 = float(resid @ resid) / dof
-    jtj = jac_x.T @ jac_x
-    try:
-        cov = np.linalg.inv(jtj) * s2
-    except np.linalg.LinAlgError:
-        cov = np.full((n, n), np.inf)
-    stderr = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    denom = np.outer(stderr, stderr)
-    finite = np.isfinite(denom) & (denom > 0)
-    corr = np.divide(cov, denom, out=np.zeros_like(cov), where=finite)
-    relative = jac_x * np.where(x != 0, x, 1.0)  # sensitivities to relative changes
-    sv = np.linalg.svd(relative, compute_uv=False)
-    cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf")
-    return stderr, corr, cond
+def _weighted_quantiles(x: np.ndarray, w: np.ndarray, qs: Sequence[float]) -> list[float]:
+    order = np.argsort(x)
+    cum = np.cumsum(w[order])
+    cum /= cum[-1]
+    return [float(x[order][min(np.searchsorted(cum, q), len(x) - 1)]) for q in qs]
 
 
-def _problems(
-    values: dict[str, float],
-    stderr: dict[str, float],
-    at_bound: dict[str, bool],
-    corr: np.ndarray,
-    cond: float,
-) -> list[str]:
-    out = [f"{n} sits at its bound {BOUNDS[n]}" for n, hit in at_bound.items() if hit]
-    names = list(FITTED_PARAMS)
-    for i in range(len(names)):
-        for j in range(i + 1, len(names)):
-            if abs(corr[i, j]) > MAX_CORRELATION:
-                out.append(
-                    f"{names[i]} and {names[j]} are correlated {corr[i, j]:+.3f}: the data move "
-                    "them together"
-                )
-    if cond > MAX_CONDITION:
-        out.append(f"condition number {cond:.3g} exceeds {MAX_CONDITION:g}")
-    for n in names:
-        if values[n] and stderr[n] / abs(values[n]) > MAX_RELATIVE_STDERR:
-            out.append(f"{n} has a relative standard error of {stderr[n] / abs(values[n]):.0%}")
+def _pinned_by(problem: Problem, lin: Linearised, u: np.ndarray) -> dict[str, list[str]]:
+    """For each parameter, the fitted items carrying at least `PINNED_SHARE` of the evidence's
+    information about it (squared sensitivity over squared noise), largest first."""
+    d = problem.discrepancy(u)
+    out: dict[str, list[str]] = {}
+    for k, p in enumerate(problem.parameters):
+        info = {}
+        for i in problem.fitted:
+            jac = lin.jac[i][k]
+            info[i] = float(np.max(np.abs(jac))) ** 2 / sigma(problem.items[i], d) ** 2
+        total = sum(info.values())
+        ranked = sorted(info, key=lambda i: -info[i])
+        out[p.name] = [i for i in ranked if total > 0 and info[i] / total >= PINNED_SHARE][:3]
+        if not out[p.name] and total > 0:
+            out[p.name] = ranked[:1]
     return out
 
 
-def fit(
-    hw: Hardware,
+def _parameter_summaries(
+    problem: Problem, sample: Sample, lin: Linearised, u: np.ndarray
+) -> dict[str, dict[str, Any]]:
+    w = sample.weights
+    pinned = _pinned_by(problem, lin, u)
+    out: dict[str, dict[str, Any]] = {}
+    for k, p in enumerate(problem.parameters):
+        prior = problem.evidence.priors.parameters[p.name]
+        free = sample.u[:, k]
+        q = _weighted_quantiles(free, w, (0.05, 0.5, 0.95))
+        prior_width = 2 * Z90 * problem.sd[k]
+        out[p.name] = {
+            "unit": p.unit,
+            "meaning": p.meaning,
+            "prior": {"low": prior.low, "high": prior.high, "source": " ".join(prior.source.split())},
+            "p05": p.from_free(q[0]),
+            "p50": p.from_free(q[1]),
+            "p95": p.from_free(q[2]),
+            "narrowing": (q[2] - q[0]) / prior_width,
+            "pinned_by": pinned[p.name],
+        }
+    return out
+
+
+def _reading_summary(problem: Problem, u: np.ndarray, z: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """For each shared deployment, the posterior weight of each reading at the mode."""
+    weights = reading_weights(problem, u, z, problem.fitted)
+    out: dict[str, dict[str, float]] = {}
+    for name, wts in weights.items():
+        model = next(problem.models[i] for i in problem.fitted if problem.models[i].group == name)
+        if len(model.group_readings) < 2:
+            continue
+        out[name] = {
+            " ".join(r) or "(as shipped)": float(x) for r, x in zip(model.group_readings, wts, strict=True)
+        }
+    return out
+
+
+def calibrate(
+    evidence: Evidence | None = None,
     *,
-    max_evals: int = 200,
-    progress: Callable[[list[float]], None] | None = None,
-) -> FitResult:
-    """Least-squares fit of the fitted parameters, with identifiability statistics."""
-    from scipy.optimize import least_squares
-
-    names = list(FITTED_PARAMS)
-    lo = np.array([BOUNDS[n][0] for n in names])
-    hi = np.array([BOUNDS[n][1] for n in names])
-    scale = hi - lo
-    x0 = np.array([getattr(hw.calibration, n) for n in names])
-
-    def f(u: np.ndarray) -> np.ndarray:
-        x = lo + u * scale
-        r = residuals(with_calibration(hw, **dict(zip(names, map(float, x), strict=True))))
-        if progress:
-            progress(r)
-        return np.array(r)
-
-    u0 = np.clip((x0 - lo) / scale, 0.0, 1.0)
-    sol = least_squares(f, u0, bounds=(0, 1), max_nfev=max_evals, diff_step=1e-3, x_scale=1.0)
-    x = lo + sol.x * scale
-    values = dict(zip(names, map(float, x), strict=True))
-    fitted = with_calibration(hw, **values)
-    jac_x = np.asarray(sol.jac) / scale
-    # Table 4's shares sum to 100%: one relation among the fitted cells
-    stderr_arr, corr, cond = _statistics(jac_x, np.asarray(sol.fun), x, constraints=1)
-    stderr = dict(zip(names, map(float, stderr_arr), strict=True))
-    at_bound = {
-        n: bool(u < AT_BOUND or u > 1 - AT_BOUND) for n, u in zip(names, sol.x, strict=True)
-    }
-    return FitResult(
-        hardware=fitted,
-        cells=fit_cells(fitted),
-        values=values,
-        stderr=stderr,
-        at_bound=at_bound,
-        correlation=corr.tolist(),
-        condition_number=cond,
-        problems=_problems(values, stderr, at_bound, corr, cond),
+    start: Hardware | None = None,
+    draws: int = DRAWS,
+    members: int = MEMBERS,
+    seed: int = SEED,
+    progress: Progress | None = None,
+    problem: Problem | None = None,
+) -> Calibration:
+    """The posterior of the calibrated parameters given the fitted evidence items."""
+    evidence = evidence or shipped_evidence()
+    problem = problem or build_problem(evidence, progress=progress)
+    start = start or load_hardware("sn40l-16")
+    u0 = problem.free(values_of(start), START_DISCREPANCY)
+    mode, lin = find_mode(problem, u0, progress=progress)
+    cov = laplace_covariance(problem, lin, mode, problem.fitted)
+    if progress:
+        progress("sampling the linearised posterior")
+    chain, chain_logp, tau = surrogate_chain(problem, lin, mode, cov, seed=seed)
+    sample = importance_sample(problem, chain, chain_logp, draws=draws, seed=seed, progress=progress)
+    picks = systematic_resample(sample.weights, members, seed)
+    names = tuple(p.name for p in problem.parameters)
+    chosen = [problem.theta(sample.u[i]) for i in picks]
+    median = {n: float(np.median([c[n] for c in chosen])) for n in names}
+    discrepancy = float(np.median([problem.discrepancy(sample.u[i]) for i in picks]))
+    ensemble = Ensemble(
+        names=names,
+        members=tuple(tuple(c[n] for n in names) for c in chosen),
+        median=median,
+        seed=seed,
+        method=f"emcee on the posterior linearised at its mode (autocorrelation {tau:.0f} "
+        f"steps), {len(sample.log_weights)} draws priced exactly and importance-weighted "
+        f"(effective {sample.effective_size:.0f}), systematically resampled",
+        discrepancy=discrepancy,
+        parameters=_parameter_summaries(problem, sample, lin, mode),
+        fitted_items=tuple(problem.fitted),
     )
+    return Calibration(
+        problem, mode, cov, lin, sample, ensemble, _reading_summary(problem, mode, lin.z0)
+    )
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def format_value(v: float) -> str:
+    """A parameter value as the presets write it: four significant digits."""
+    return f"{v:.4g}"
+
+
+_ENTRY = re.compile(r"^(?P<head>  (?P<key>[A-Za-z_]\w*):\s+)(?P<value>[^\s#]+)(?P<tail>.*)$", re.S)
+
+
+def patch_sections(text: str, values: dict[tuple[str, str], str]) -> str:
+    """`text` (a hardware YAML) with each `(section, key)` entry's value replaced in place;
+    indentation, comments (kept in their column where room allows) and every other line are
+    kept. Raises KeyError naming entries the file does not have."""
+    out = []
+    section = None
+    seen: set[tuple[str, str]] = set()
+    for line in text.splitlines(keepends=True):
+        if line.strip() and not line[0].isspace() and not line.startswith("#"):
+            section = line.split(":", 1)[0].strip()
+        elif section and (m := _ENTRY.match(line)) and (section, m["key"]) in values:
+            new = values[(section, m["key"])]
+            tail = m["tail"]
+            grow = len(new) - len(m["value"])
+            spaces = len(tail) - len(tail.lstrip(" "))
+            if tail.lstrip(" ").startswith("#"):
+                tail = " " * max(1, spaces - grow) + tail.lstrip(" ")
+            line = m["head"] + new + tail
+            seen.add((section, m["key"]))
+        out.append(line)
+    missing = set(values) - seen
+    if missing:
+        raise KeyError(", ".join(f"{s}.{k}" for s, k in sorted(missing)))
+    return "".join(out)
+
+
+def preset_values(ensemble: Ensemble) -> dict[tuple[str, str], str]:
+    """The presets' entries the ensemble's median sets."""
+    return {p.path: format_value(ensemble.median[p.name]) for p in PARAMETERS}
+
+
+def write_calibration(cal: Calibration, folder: Path, presets: Sequence[Path]) -> list[Path]:
+    """The ensemble as `folder/ensemble.json` and its median in each preset written to
+    `folder`; the paths written."""
+    written = []
+    target = folder / ENSEMBLE_FILE
+    target.write_text(json.dumps(cal.ensemble.as_dict(), indent=1) + "\n", encoding="utf-8")
+    written.append(target)
+    for preset in presets:
+        text = patch_sections(preset.read_text(encoding="utf-8"), preset_values(cal.ensemble))
+        out = folder / preset.name
+        out.write_text(text, encoding="utf-8")
+        written.append(out)
+    return written
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """(p95 - p05) / (2 p50) of positive values: the relative half-width of a 90% interval."""
+    q = np.percentile(values, [5, 50, 95])
+    return float((q[2] - q[0]) / (2 * q[1])) if q[1] > 0 else math.inf

@@ -18,9 +18,9 @@ from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.fusion import fuse
 from rdusim.compiler.program import Kernel, OpPlan, Program
 from rdusim.compiler.sharding import ShardContext, shard
+from rdusim.cost.calls import call_cost
 from rdusim.ir.graph import Workload
 from rdusim.ir.model import build_model
-from rdusim.sim.kernel import call_cost
 from rdusim.sim.model import SimResult
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.mapping import KernelSpec, Sharding, load_mapping
@@ -216,17 +216,51 @@ def test_every_collective_on_a_ring_takes_d_minus_1_rounds_a_phase(tmp_path, mod
         assert any(c.kind == "all-reduce" for c in colls)
 
 
+def call_kernel(pcus: int, pmus: int) -> Kernel:
+    """A kernel whose only property a call looks at: the PCUs and PMUs it configures."""
+    op = OpPlan(
+        name="gemm",
+        kind="gemm",
+        cost_class="systolic",
+        strategy="tp",
+        degree=SOCKETS,
+        flops=1e9,
+        hbm_read=0.0,
+        hbm_write=0.0,
+        weight_bytes=0.0,
+        stream_in=0.0,
+        stream_out=0.0,
+        pcus=pcus,
+        pmus=pmus,
+    )
+    return Kernel("k", [op])
+
+
 def test_a_hardware_call_barrier_on_a_ring_takes_d_minus_1_rounds(tmp_path):
+    """A call ends at a barrier: a zero-byte all-gather, one round fully connected, d - 1 = 15
+    on a ring of 16, each one link latency; the rest of the call does not see the topology."""
     ring = load_hardware(ring_hardware(tmp_path))
     full = load_hardware("sn40l-16")
     latency = full.links.p2p_latency_s
-    assert call_cost(ring, "hardware") == pytest.approx(
-        full.calibration.hardware_call_s + RING_ROUNDS * latency, rel=1e-12
+    cal, socket = full.calibration, full.socket
+    k = call_kernel(100, 300)
+    load = (100 * socket.config_bytes_per_pcu + 300 * socket.config_bytes_per_pmu) / (
+        cal.config_bandwidth
     )
-    assert call_cost(full, "hardware") == pytest.approx(
-        full.calibration.hardware_call_s + latency, rel=1e-12
+    assert call_cost(k, ring, "hardware") == pytest.approx(
+        load + cal.argument_load_s + RING_ROUNDS * latency, rel=1e-12
     )
-    assert call_cost(ring, "software") == call_cost(full, "software")
+    assert call_cost(k, full, "hardware") == pytest.approx(
+        load + cal.argument_load_s + 1 * latency, rel=1e-12
+    )
+    # the host's call waits at the same barrier, and adds its round trip
+    for hw in (ring, full):
+        assert call_cost(k, hw, "software") - call_cost(k, hw, "hardware") == pytest.approx(
+            cal.host_round_trip_s, rel=1e-9
+        )
+    assert call_cost(k, ring, "software") - call_cost(k, full, "software") == pytest.approx(
+        (RING_ROUNDS - 1) * latency, rel=1e-9
+    )
 
 
 def decode_step(hw: Hardware, orchestration: str) -> SimResult:

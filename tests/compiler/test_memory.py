@@ -225,6 +225,15 @@ def test_a_kernel_over_sram_is_located(r1):
 
 
 def test_pmus_cover_every_buffer(r1):
+    """Each op's PMUs hold its buffers (whole PMUs, at least one) or stage its PCUs' operands
+    (`staging_pmus_per_pcu` a PCU), whichever needs more; the kernel fits the socket."""
     k = mha_kernel(r1, kv_block=8192)
+    per_pcu = HW.socket.staging_pmus_per_pcu
     for p in k.ops:
-        assert p.pmus == max(1, math.ceil(p.sram_bytes / HW.socket.pmu_bytes))
+        buffers = max(1, math.ceil(p.sram_bytes / HW.socket.pmu_bytes))
+        assert p.pmus == max(buffers, math.ceil(per_pcu * p.pcus)), p.name
+        assert p.pmus * HW.socket.pmu_bytes >= p.sram_bytes, p.name
+    assert k.pmus <= HW.socket.pmus
+    # the flash attention's K/V blocks alone take over a hundred PMUs
+    attention = next(p for p in k.ops if p.kind == "attention")
+    assert attention.sram_bytes > 100 * HW.socket.pmu_bytes

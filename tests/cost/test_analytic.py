@@ -20,7 +20,6 @@ from rdusim.compiler.capacity import max_batch
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Collective, Kernel, OpPlan
 from rdusim.cost.analytic import _makespan, _tile_rate, estimate, kernel_latencies_s
-from rdusim.cost.calls import call_cost
 from rdusim.search.segments import every_candidate
 from rdusim.sim.kernel import time_kernel
 from rdusim.spec.hardware import Hardware
@@ -188,10 +187,18 @@ def test_a_looped_kernel_with_room_runs_at_its_channel_time():
     a.weight_bytes = 4e9
     k = chain(a, tiles=8)
     k.prefetch_iteration = True
+    a.pmus = 64
     e = estimate(k, hw, looped_executions=10)
     load = 4e9 / hbm_rate(hw)
     assert e.period_s == pytest.approx(load, rel=1e-9)
-    assert e.call_time_s == pytest.approx(call_cost(hw, "hardware") + e.pipeline_s + 9 * load)
+    # one AGCU-issued call: 64 PCUs' and 64 PMUs' programs, the arguments, one barrier round
+    socket, cal = hw.socket, hw.calibration
+    program = 64 * (socket.config_bytes_per_pcu + socket.config_bytes_per_pmu)
+    call = program / cal.config_bandwidth + cal.argument_load_s + hw.links.p2p_latency_s
+    assert hw.links.topology == "fully-connected"
+    assert e.call_s == pytest.approx(call, rel=1e-12)
+    assert e.call_time_s == pytest.approx(call + e.pipeline_s + 9 * load, rel=1e-12)
+    assert e.latency_s == pytest.approx(e.call_time_s / 10, rel=1e-12)
 
 
 def test_batch_form_agrees_with_one_at_a_time():

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from rdusim.api import run_mapping
-from rdusim.compiler.program import Program
+from rdusim.compiler.program import Kernel, OpPlan, Program
+from rdusim.cost.calls import call_cost, call_parts
 from rdusim.sim.engine import simulate_pipeline
-from rdusim.sim.kernel import call_cost, extrapolate, time_kernel
+from rdusim.sim.kernel import extrapolate, time_kernel
 from rdusim.sim.model import simulate
 from rdusim.spec.hardware import Hardware, load_hardware
 
@@ -32,25 +33,117 @@ def with_links(hw: Hardware, **links: object) -> Hardware:
 # ------------------------------------------------------------------ calls
 
 
-@pytest.mark.parametrize("preset", ["sn40l-16", "sn40l-8"])
-def test_software_call_is_the_host_call(preset):
-    hw = load_hardware(preset)
-    assert call_cost(hw, "software") == hw.calibration.software_call_s
+def sized_kernel(pcus: int, pmus: int) -> Kernel:
+    """A kernel configuring `pcus` PCUs and `pmus` PMUs (all a call looks at)."""
+    op = OpPlan(
+        name="gemm",
+        kind="gemm",
+        cost_class="systolic",
+        strategy="tp",
+        degree=16,
+        flops=1e9,
+        hbm_read=0.0,
+        hbm_write=0.0,
+        weight_bytes=0.0,
+        stream_in=0.0,
+        stream_out=0.0,
+        pcus=pcus,
+        pmus=pmus,
+    )
+    return Kernel("k", [op])
+
+
+def hand_call(k: Kernel, hw: Hardware, rounds: int, host: bool) -> float:
+    """Program load + argument load + `rounds` barrier rounds (+ the host's round trip)."""
+    socket, cal = hw.socket, hw.calibration
+    program = k.pcus * socket.config_bytes_per_pcu + k.pmus * socket.config_bytes_per_pmu
+    return (
+        program / cal.config_bandwidth
+        + cal.argument_load_s
+        + rounds * hw.links.p2p_latency_s
+        + (cal.host_round_trip_s if host else 0.0)
+    )
+
+
+SIZES = [(0, 1), (2, 7), (100, 300), (1040, 1040)]
 
 
 @pytest.mark.parametrize("preset", ["sn40l-16", "sn40l-8"])
-def test_hardware_call_adds_one_barrier_round_when_fully_connected(preset):
+@pytest.mark.parametrize(("pcus", "pmus"), SIZES)
+def test_software_call_is_the_hardware_call_plus_the_host_round_trip(preset, pcus, pmus):
     hw = load_hardware(preset)
-    expected = hw.calibration.hardware_call_s + 1 * hw.links.p2p_latency_s
-    assert call_cost(hw, "hardware") == pytest.approx(expected, rel=REL)
+    k = sized_kernel(pcus, pmus)
+    extra = call_cost(k, hw, "software") - call_cost(k, hw, "hardware")
+    assert extra == pytest.approx(hw.calibration.host_round_trip_s, rel=1e-9)
+    assert extra > 0
+
+
+@pytest.mark.parametrize("preset", ["sn40l-16", "sn40l-8"])
+@pytest.mark.parametrize(("pcus", "pmus"), SIZES)
+def test_hardware_call_adds_one_barrier_round_when_fully_connected(preset, pcus, pmus):
+    hw = load_hardware(preset)
+    k = sized_kernel(pcus, pmus)
+    expected = hand_call(k, hw, rounds=1, host=False)
+    assert call_cost(k, hw, "hardware") == pytest.approx(expected, rel=REL)
+    assert call_cost(k, hw, "software") == pytest.approx(
+        hand_call(k, hw, rounds=1, host=True), rel=REL
+    )
 
 
 @pytest.mark.parametrize("preset", ["sn40l-16", "sn40l-8"])
 def test_hardware_call_on_a_ring_waits_d_minus_1_rounds(preset):
     hw = with_links(load_hardware(preset), topology="ring")
     d = hw.sockets
-    expected = hw.calibration.hardware_call_s + (d - 1) * hw.links.p2p_latency_s
-    assert call_cost(hw, "hardware") == pytest.approx(expected, rel=REL)
+    k = sized_kernel(100, 300)
+    expected = hand_call(k, hw, rounds=d - 1, host=False)
+    assert call_cost(k, hw, "hardware") == pytest.approx(expected, rel=REL)
+    assert call_parts(k, hw, "hardware").barrier_s == pytest.approx(
+        (d - 1) * hw.links.p2p_latency_s, rel=REL
+    )
+
+
+def test_program_load_is_in_proportion_to_pcus_and_pmus():
+    """Configuration bytes over the configuration bandwidth: linear in each unit count, zero for
+    a kernel that configures nothing; the other parts do not depend on the kernel."""
+    hw = load_hardware("sn40l-16")
+    socket, bw = hw.socket, hw.calibration.config_bandwidth
+    per_pcu, per_pmu = socket.config_bytes_per_pcu / bw, socket.config_bytes_per_pmu / bw
+    loads = {}
+    for pcus, pmus in [(0, 0), (1, 0), (0, 1), (10, 0), (0, 10), (10, 20), (20, 40)]:
+        parts = call_parts(sized_kernel(pcus, pmus), hw, "software")
+        loads[pcus, pmus] = parts.program_load_s
+        assert parts.program_load_s == pytest.approx(pcus * per_pcu + pmus * per_pmu, rel=REL)
+        assert parts.argument_load_s == hw.calibration.argument_load_s
+        assert parts.host_round_trip_s == hw.calibration.host_round_trip_s
+        assert parts.total_s == pytest.approx(
+            parts.program_load_s
+            + parts.argument_load_s
+            + parts.barrier_s
+            + parts.host_round_trip_s,
+            rel=REL,
+        )
+    assert loads[0, 0] == 0.0
+    assert loads[10, 0] == pytest.approx(10 * loads[1, 0], rel=REL)
+    assert loads[0, 10] == pytest.approx(10 * loads[0, 1], rel=REL)
+    assert loads[20, 40] == pytest.approx(2 * loads[10, 20], rel=REL)
+    assert loads[10, 20] == pytest.approx(loads[10, 0] + 2 * loads[0, 10], rel=REL)
+
+
+@pytest.mark.parametrize("orchestration", ["software", "hardware"])
+def test_a_small_kernels_call_is_cheaper_than_a_large_ones(orchestration):
+    """R1 prefill: the Streaming Ring Buffer gathers (a few units) loads far less program than
+    MHA (the whole socket); the difference is exactly their configuration bytes."""
+    program, hw = compiled("r1_prefill", ("seq_len=8192",))
+    kernels = {k.name: k for k in program.layers["moe"].kernels}
+    small, large = kernels["Streaming Ring Buffer"], kernels["MHA"]
+    assert small.pcus + small.pmus < (large.pcus + large.pmus) / 10
+    cheap, dear = call_cost(small, hw, orchestration), call_cost(large, hw, orchestration)
+    assert cheap < dear
+    socket = hw.socket
+    extra = (large.pcus - small.pcus) * socket.config_bytes_per_pcu + (
+        large.pmus - small.pmus
+    ) * socket.config_bytes_per_pmu
+    assert dear - cheap == pytest.approx(extra / hw.calibration.config_bandwidth, rel=1e-9)
 
 
 # ------------------------------------------------------------------ tile extrapolation
@@ -104,7 +197,10 @@ def test_looped_time_matches_chained_simulation():
     (k,) = program.layers["dense"].kernels
     t = time_kernel(k, hw, orchestration="hardware", looped_executions=6)
     brute = simulate_pipeline(k, hw, iterations=6).pipeline_s
-    assert t.call_time_s - t.call_s == pytest.approx(brute, rel=1e-6)
+    # the third iteration is within a few parts per million of the steady period (rate-matched
+    # PCUs settle one iteration later): 1e-5 of the call
+    assert t.call_time_s - t.call_s == pytest.approx(brute, rel=1e-5)
+    assert t.call_s == pytest.approx(hand_call(k, hw, rounds=1, host=False), rel=REL)
     assert t.latency_s == pytest.approx(t.call_time_s / 6, rel=REL)
     assert t.call_share_s == pytest.approx(t.call_s / 6, rel=REL)
 
@@ -117,7 +213,10 @@ def test_looping_saves_calls_and_overlaps_iterations():
     layers = program.layers["dense"].count
     assert looped.layers["dense"].calls == 1
     assert plain.layers["dense"].calls == layers
-    call = call_cost(hw, "hardware")
+    # one AGCU-issued call of the layer's kernel (the same kernel either way)
+    assert program.orchestration == plain_prog.orchestration == "hardware"
+    (kernel,) = program.layers["dense"].kernels
+    call = hand_call(kernel, hw, rounds=1, host=False)
     saved = plain.layers["dense"].total_s - looped.layers["dense"].total_s
     # at least the calls it saves; at most the calls plus every iteration's fill and drain
     (kl,) = looped.layers["dense"].kernels
@@ -129,11 +228,16 @@ def test_looping_saves_calls_and_overlaps_iterations():
 
 def test_layer_total_counts_calls_and_executions():
     program, hw = compiled("r1_decode", ("batch=16", "seq_len=8192"))
+    assert program.orchestration == "software"
     result = simulate(program, hw)
     for kind, lr in result.layers.items():
         lp = program.layers[kind]
         per_layer = sum(k.call_s + k.pipeline_s for k in lr.kernels)
         assert lr.total_s == pytest.approx(lp.count * per_layer, rel=REL)
         assert lr.calls == lp.count * len(lp.kernels)
-        assert lr.call_time_s == pytest.approx(lr.calls * call_cost(hw, "software"), rel=REL)
+        # host-issued calls (the mapping's orchestration), each its own kernel's cost
+        calls = sum(hand_call(k, hw, rounds=1, host=True) for k in lp.kernels)
+        assert lr.call_time_s == pytest.approx(lp.count * calls, rel=REL)
+        for k, timing in zip(lp.kernels, lr.kernels, strict=True):
+            assert timing.call_s == pytest.approx(hand_call(k, hw, 1, True), rel=REL)
     assert result.kernel_calls == sum(lp.calls for lp in program.all_layers())

@@ -97,8 +97,30 @@ def test_prefill_total_is_counted_sum(prefill):
     # every kernel of every layer is one host call
     calls = sum(lp.count * len(lp.kernels) for lp in prefill.program.layers.values()) + 2
     assert report["kernel_calls"] == result.kernel_calls == calls
-    call = prefill.mapping.hardware.calibration.software_call_s
-    assert report["kernel_call_time_s"] == pytest.approx(calls * call, rel=REL)
+    # each host-issued call loads its kernel's program into the PCUs and PMUs it uses, loads its
+    # arguments, waits one barrier round (16 sockets, fully connected) and the host's round trip
+    hw = prefill.mapping.hardware
+    assert prefill.program.orchestration == "software"
+    assert hw.links.topology == "fully-connected" and hw.sockets == 16
+    socket, cal = hw.socket, hw.calibration
+
+    def call(k) -> float:
+        program = k.pcus * socket.config_bytes_per_pcu + k.pmus * socket.config_bytes_per_pmu
+        return (
+            program / cal.config_bandwidth
+            + cal.argument_load_s
+            + hw.links.p2p_latency_s
+            + cal.host_round_trip_s
+        )
+
+    call_time = sum(
+        lp.count * sum(call(k) for k in lp.kernels) for lp in prefill.program.layers.values()
+    ) + sum(call(k) for lp in prefill.program.extras.values() for k in lp.kernels)
+    assert report["kernel_call_time_s"] == pytest.approx(call_time, rel=REL)
+    assert result.kernel_call_time_s == pytest.approx(call_time, rel=REL)
+    # calls of different kernels cost different amounts: not calls x one fixed cost
+    costs = {call(k) for lp in prefill.program.layers.values() for k in lp.kernels}
+    assert len(costs) > 2
 
 
 def test_prefill_shares_sum_to_one(prefill):

@@ -6,7 +6,6 @@ import pytest
 
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.hardware import PRESETS, Calibration, Hardware, load_hardware, preset_path
-from rdusim.validation.calibrate import FITTED_ON
 
 
 def preset_text(name: str = "sn40l-16") -> str:
@@ -56,18 +55,48 @@ def test_preset_names():
         assert preset_path(name).is_file()
 
 
+def _is_value(line: str) -> bool:
+    """A numeric leaf: `key: number`, maybe with an inline comment."""
+    body = line.split("#", 1)[0]
+    if ":" not in body or not body.split(":", 1)[1].strip():
+        return False  # a section header, a comment or a blank line
+    value = body.split(":", 1)[1].strip()
+    return value.replace(".", "").replace("e+", "").replace("e-", "").isdigit()
+
+
+def _uncommented_values(text: str) -> list[int]:
+    """Lines (1-based) of numeric leaves without a comment: on their line, or in a comment block
+    just above them or above the run of uncommented keys they close (one block may describe a
+    pair such as `config_bytes_per_pcu` / `config_bytes_per_pmu`)."""
+    lines = text.splitlines()
+    missing = []
+    for i, line in enumerate(lines):
+        if not _is_value(line) or "#" in line:
+            continue
+        j = i - 1
+        while j >= 0 and _is_value(lines[j]) and "#" not in lines[j]:
+            j -= 1  # a key of the same run, itself without a comment of its own
+        if j < 0 or not lines[j].lstrip().startswith("#"):
+            missing.append(i + 1)
+    return missing
+
+
 def test_every_preset_value_has_a_source_or_assumption_comment():
     """Each numeric leaf of a preset carries a comment on its line or just above it."""
     for name in PRESETS:
-        lines = preset_text(name).splitlines()
-        for i, line in enumerate(lines):
-            body = line.split("#", 1)[0]
-            if ":" not in body or not body.split(":", 1)[1].strip():
-                continue  # a section header or a comment
-            value = body.split(":", 1)[1].strip()
-            if value.replace(".", "").replace("e+", "").replace("e-", "").isdigit():
-                commented = "#" in line or lines[i - 1].lstrip().startswith("#")
-                assert commented, f"{name}: line {i + 1} has no source: {line!r}"
+        assert _uncommented_values(preset_text(name)) == [], name
+
+
+def test_the_comment_check_finds_an_uncommented_value():
+    text = "socket:\n  a: 1 # source\n  # a block\n  b: 2\n  c: 3\n\n  d: 4\n  e: x\n"
+    assert _uncommented_values(text) == [7]
+    # a preset value whose inline source is dropped is caught: the line above is another value
+    text = preset_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("  pcus: 1040"))
+    stripped = text.replace(line, "  pcus: 1040")
+    assert _uncommented_values(stripped) == [text.splitlines().index(line) + 1]
+    bare = preset_text().replace("calibration:\n", "calibration:\n  bare_value: 0.5\n")
+    assert len(_uncommented_values(bare)) == 1
 
 
 def test_p2p_bandwidth_is_marked_as_an_assumption():
@@ -76,18 +105,33 @@ def test_p2p_bandwidth_is_marked_as_an_assumption():
     assert "ASSUMPTION" in block[block.rindex("links:") :]
 
 
-def test_calibration_values_are_fractions_or_times():
-    c = load_hardware("sn40l-16").calibration
-    for field in (
-        "gemm_efficiency",
-        "attention_efficiency",
-        "simd_efficiency",
-        "hbm_efficiency",
-        "hbm_usable_fraction",
-    ):
-        assert 0 < getattr(c, field) <= 1
-    for field in ("software_call_s", "hardware_call_s"):
-        assert 0 < getattr(c, field) < 1e-3  # a kernel call takes microseconds, not seconds
+FRACTIONS = (
+    "gemm_efficiency",
+    "attention_efficiency",
+    "simd_efficiency",
+    "hbm_efficiency",
+    "hbm_usable_fraction",
+)
+TIMES = ("argument_load_s", "host_round_trip_s")
+BANDWIDTHS = ("config_bandwidth",)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_calibration_values_are_fractions_times_or_bandwidths(name):
+    hw = load_hardware(name)
+    c = hw.calibration
+    # every calibration key is one of the three, so a new key has to be classified here
+    assert set(Calibration.model_fields) == {*FRACTIONS, *TIMES, *BANDWIDTHS}
+    for field in FRACTIONS:
+        assert 0 < getattr(c, field) <= 1, field
+    for field in TIMES:
+        assert 0 < getattr(c, field) < 1e-3, field  # a call's parts take microseconds
+    for field in BANDWIDTHS:
+        assert 1e9 <= getattr(c, field) <= 1e13, field  # bytes/s: GB/s to 10 TB/s
+    # loading a whole socket's program is a matter of microseconds too
+    socket = hw.socket
+    whole = socket.pcus * socket.config_bytes_per_pcu + socket.pmus * socket.config_bytes_per_pmu
+    assert 0 < whole / c.config_bandwidth < 1e-3
 
 
 def _calibration_comments(text: str) -> dict[str, str]:
@@ -113,15 +157,61 @@ def _calibration_comments(text: str) -> dict[str, str]:
     return out
 
 
+PROVENANCE = ("Fitted on", "Not fitted", "Prior")
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_calibration_value_says_what_it_was_fitted_on(name):
+    """Each calibration key's comment says what pins it: "Fitted on: ..." (the data it was
+    fitted on), "Not fitted: ..." or "Prior: ..." (where the value comes from); never both
+    fitted and not fitted."""
     comments = _calibration_comments(preset_text(name))
     assert set(comments) == set(Calibration.model_fields), name
     for key, comment in comments.items():
-        fitted, not_fitted = "Fitted on" in comment, "Not fitted" in comment
-        assert fitted != not_fitted, f"{name}: {key}: {comment!r}"
-        # and the preset agrees with what reports quote
-        assert FITTED_ON[key].startswith("fitted:" if fitted else "not fitted:"), key
+        assert any(m in comment for m in PROVENANCE), f"{name}: {key}: {comment!r}"
+        assert not ("Fitted on" in comment and "Not fitted" in comment), f"{name}: {key}"
+
+
+def test_the_provenance_check_refuses_a_bare_comment():
+    text = preset_text().replace("  hbm_efficiency:", "  #\n  # Just a number.\n  hbm_efficiency:")
+    comments = _calibration_comments(text)
+    assert comments["hbm_efficiency"] == "Just a number."
+    assert not any(m in comments["hbm_efficiency"] for m in PROVENANCE)
+
+
+def _old_call_keys(text: str) -> str:
+    """A preset as written before calls had parts: software_call_s and hardware_call_s."""
+    out = []
+    for line in text.splitlines():
+        key = line.split(":", 1)[0].strip()
+        if key == "config_bandwidth":
+            out.append("  software_call_s: 3.5e-4")
+        elif key == "argument_load_s":
+            out.append("  hardware_call_s: 2.0e-5")
+        elif key != "host_round_trip_s":
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("keep_new_keys", [False, True])
+def test_a_retired_call_key_is_refused_naming_the_new_ones(tmp_path, keep_new_keys):
+    text = preset_text()
+    if keep_new_keys:  # an old key left beside the new ones
+        text = text.replace(
+            "  hbm_usable_fraction:", "  software_call_s: 3.5e-4\n  hbm_usable_fraction:"
+        )
+    else:
+        text = _old_call_keys(text)
+        assert "  config_bandwidth:" not in text and "  hardware_call_s:" in text
+    path = tmp_path / "old.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_hardware(path)
+    err = exc.value
+    assert err.key == "calibration" and err.file == str(path)
+    assert "software_call_s" in err.problem
+    for new in ("config_bandwidth", "argument_load_s", "host_round_trip_s"):
+        assert new in err.problem, new
 
 
 def test_load_by_path_and_relative_to_base_dir(tmp_path):

@@ -1,0 +1,118 @@
+"""A compiled program priced under many parameter sets, anchored to the simulator.
+
+The simulator times each distinct kernel once at the point calibration. Under another parameter
+set the compiler would allocate the kernel's PCUs differently (rate matching follows the achieved
+rates) and its call would load a different program, so each member re-runs allocation on a copy
+of the kernel and prices it with the closed form (`rdusim.cost.analytic`). The closed form sits
+within a few percent of the simulator; to keep that small difference out of the spread, each
+kernel's closed-form pipeline time is scaled by the simulator's over the closed form's at the
+point. At the point itself the priced program is the simulated one exactly.
+
+Each member's allocation is priced on the compiled kernel itself and undone at once, so a
+pricer must not run beside other work on the same program (nothing in rdusim does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from rdusim.compiler.allocate import allocation, phases
+from rdusim.compiler.program import Kernel, LayerProgram, Program
+from rdusim.cost.analytic import KernelEstimate, estimate
+from rdusim.sim.kernel import KernelTiming
+from rdusim.sim.model import LayerResult, SimResult
+from rdusim.spec.hardware import Hardware
+
+
+def _pipeline_part(t: KernelTiming | KernelEstimate) -> float:
+    return t.call_time_s - t.call_s
+
+
+@dataclasses.dataclass(frozen=True)
+class _Anchor:
+    timing: KernelTiming  # the simulator's, at the point
+    ratio: float  # simulator over closed form, pipeline part of a call
+
+
+class AnchoredPricer:
+    """Prices `program` (simulated as `point`) under other hardware parameter sets."""
+
+    def __init__(self, program: Program, point: SimResult, hw: Hardware) -> None:
+        self.program = program
+        self.point = point
+        self._anchors: dict[tuple[int, int], _Anchor] = {}
+        self._phases: dict[int, dict[str, int]] = {}
+        for lp, lr in self._pairs(point):
+            if not lr.kernels:  # deployed but not run (an MTP module in a `scaled` step)
+                continue
+            looped = lp.count if lp.looped else 1
+            for k, t in zip(lp.kernels, lr.kernels, strict=True):
+                key = (id(k), looped)
+                if key in self._anchors:
+                    continue
+                cf = estimate(
+                    k, hw, orchestration=program.orchestration, looped_executions=looped
+                )
+                part = _pipeline_part(cf)
+                ratio = _pipeline_part(t) / part if part > 0 else 1.0
+                self._anchors[key] = _Anchor(t, ratio)
+
+    def _pairs(self, result: SimResult) -> list[tuple[LayerProgram, LayerResult]]:
+        p = self.program
+        return [(lp, result.layers[kind]) for kind, lp in p.layers.items()] + [
+            (lp, result.extras[name]) for name, lp in p.extras.items()
+        ]
+
+    def _timing(self, kernel: Kernel, looped: int, hw: Hardware) -> KernelTiming:
+        anchor = self._anchors[(id(kernel), looped)]
+        phase = self._phases.get(id(kernel))
+        if phase is None:
+            phase = self._phases[id(kernel)] = phases(kernel)
+        units = allocation(kernel, hw, phase)
+        # price the kernel as allocated under `hw`, then put the compiled allocation back
+        kept = [(o.pcus, o.pmus) for o in kernel.ops]
+        try:
+            for o in kernel.ops:
+                o.pcus, o.pmus = units[o.name]
+            cf = estimate(
+                kernel, hw, orchestration=self.program.orchestration, looped_executions=looped
+            )
+        finally:
+            for o, (pcus, pmus) in zip(kernel.ops, kept, strict=True):
+                o.pcus, o.pmus = pcus, pmus
+        r = anchor.ratio
+        return dataclasses.replace(
+            anchor.timing,
+            pipeline_s=cf.pipeline_s * r,
+            second_s=cf.period_s * r,
+            period_s=cf.period_s * r,
+            call_s=cf.call_s,
+            slices=[],
+        )
+
+    def price(self, hw: Hardware) -> SimResult:
+        """The program's timing under `hw` (same program: kernels, batch and tiles)."""
+        seen: dict[tuple[int, int], KernelTiming] = {}
+
+        def layer(lp: LayerProgram, lr: LayerResult) -> LayerResult:
+            if not lr.kernels:
+                return lr
+            looped = lp.count if lp.looped else 1
+            timings = []
+            for k in lp.kernels:
+                key = (id(k), looped)
+                if key not in seen:
+                    seen[key] = self._timing(k, looped, hw)
+                timings.append(seen[key])
+            return dataclasses.replace(lr, kernels=timings)
+
+        p = self.program
+        return SimResult(
+            p,
+            {kind: layer(lp, self.point.layers[kind]) for kind, lp in p.layers.items()},
+            {name: layer(lp, self.point.extras[name]) for name, lp in p.extras.items()},
+        )
+
+    def price_all(self, members: Sequence[Hardware]) -> list[SimResult]:
+        return [self.price(hw) for hw in members]

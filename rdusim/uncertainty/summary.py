@@ -1,0 +1,174 @@
+"""A run's headline numbers over the ensemble, and what each time rests on.
+
+**Intervals.** The 5th, 50th and 95th percentiles over the ensemble's members of every headline
+number of a run (time to first token or one decode step, time per output token, throughput,
+the time in kernel calls, each layer's and kernel's latency and share), under the metric names
+of the report. They cover what the calibrated parameters leave open given the evidence; they do
+not cover the model's discrepancy (reported beside them), a mechanism rdusim lacks, or a
+configuration choice the run fixes (its mapping, batch and kernels).
+
+**Drivers.** A headline time split by cost term: kernel calls; then, kernel by kernel, the
+resource that bounds its pipeline (HBM streaming, compute, the links) and what the pipeline
+takes beyond it (fill, drain and the hand-offs between phases). And its elasticity to each
+calibrated parameter, d ln(time) / d ln(parameter) by a 5% step of the closed form: which
+unknown the number moves with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from rdusim.sim.kernel import KernelTiming
+from rdusim.sim.model import SimResult
+from rdusim.spec.hardware import Hardware
+from rdusim.uncertainty.ensemble import Ensemble
+from rdusim.uncertainty.parameters import PARAMETERS, with_values
+from rdusim.uncertainty.pricing import AnchoredPricer
+
+QUANTILES = (5, 50, 95)
+ELASTICITY_STEP = 0.95  # each parameter scaled by this for its elasticity
+
+
+def headline(result: SimResult) -> dict[str, float]:
+    """The run's headline numbers, keyed as the report names them (kernels as
+    `layers.<kind>.<kernel>.latency_s` and `.share`)."""
+    program = result.program
+    total = result.total_latency_s
+    out = {
+        "total_latency_s": total,
+        "kernel_call_time_s": result.kernel_call_time_s,
+        "throughput_tokens_per_s": result.throughput_tokens_per_s,
+    }
+    if program.phase == "decode":
+        out["tpot_s"] = total / program.tokens_per_step
+    for kind, lr in result.layers.items():
+        layer = lr.latency_s
+        out[f"layers.{kind}.latency_s"] = layer
+        for k in lr.kernels:
+            out[f"layers.{kind}.{k.name}.latency_s"] = k.latency_s
+            out[f"layers.{kind}.{k.name}.share"] = k.latency_s / layer if layer else 0.0
+    return out
+
+
+def intervals(results: Sequence[SimResult]) -> dict[str, dict[str, float]]:
+    """{metric: {p05, p50, p95}} over the members' results."""
+    rows = [headline(r) for r in results]
+    out = {}
+    for key in rows[0]:
+        q = np.percentile([row[key] for row in rows], QUANTILES)
+        out[key] = {"p05": float(q[0]), "p50": float(q[1]), "p95": float(q[2])}
+    return out
+
+
+class Term(StrEnum):
+    """What a slice of a run's time is spent on."""
+
+    CALLS = "calls"  # program load, argument load, barrier, host round trip
+    HBM = "hbm"  # streaming weights, cache and activations at the achieved bandwidth
+    COMPUTE = "compute"  # the busiest op's arithmetic
+    LINKS = "links"  # collectives on the P2P links
+    FILL_DRAIN = "fill_drain"  # the pipeline beyond its busiest resource
+
+
+def _kernel_terms(k: KernelTiming) -> dict[Term, float]:
+    """One call of a kernel split by term (its executions included)."""
+    pipeline = k.call_time_s - k.call_s
+    per_execution = pipeline / k.executions
+    busy = {
+        Term.HBM: k.hbm_busy_s,
+        Term.LINKS: k.p2p_busy_s,
+        Term.COMPUTE: max((o.busy_s for o in k.ops), default=0.0),
+    }
+    bound = max(busy, key=lambda t: busy[t])
+    bounded = min(busy[bound], per_execution) * k.executions
+    return {Term.CALLS: k.call_s, bound: bounded, Term.FILL_DRAIN: pipeline - bounded}
+
+
+def split_by_term(result: SimResult) -> dict[Term, float]:
+    """The run's total time by term (seconds; they sum to `total_latency_s`)."""
+    out = dict.fromkeys(Term, 0.0)
+    for lr in result.all_layers():
+        calls_per_kernel = lr.runs * (1 if lr.looped else lr.count)
+        for k in lr.kernels:
+            for term, s in _kernel_terms(k).items():
+                out[term] += calls_per_kernel * s
+    return out
+
+
+def elasticities(pricer: AnchoredPricer, hw: Hardware) -> dict[str, float]:
+    """d ln(total time) / d ln(parameter) for each calibrated parameter that moves a time."""
+    base = pricer.price(hw).total_latency_s
+    out = {}
+    for p in PARAMETERS:
+        if p.name == "hbm_usable_fraction":  # capacity, not time
+            continue
+        moved = pricer.price(with_values(hw, {p.name: p.get(hw) * ELASTICITY_STEP}))
+        out[p.name] = math.log(moved.total_latency_s / base) / math.log(ELASTICITY_STEP)
+    return out
+
+
+# the parameters behind each term, for "what does this rest on"
+TERM_PARAMETERS: dict[Term, tuple[str, ...]] = {
+    Term.CALLS: ("host_round_trip_s", "config_bandwidth", "argument_load_s", "p2p_latency_s"),
+    Term.HBM: ("hbm_efficiency",),
+    Term.COMPUTE: ("gemm_efficiency", "attention_efficiency", "simd_efficiency"),
+    Term.LINKS: ("p2p_bandwidth", "p2p_latency_s"),
+    Term.FILL_DRAIN: (),
+}
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """A run's intervals and drivers, as the report carries them."""
+
+    members: int
+    intervals: dict[str, dict[str, float]]
+    terms: dict[Term, float]
+    elasticity: dict[str, float]
+    discrepancy: float
+
+    def drivers(self, ensemble: Ensemble, total_s: float) -> dict[str, Any]:
+        """The report's `drivers`: each term's seconds and share of the total, the parameters it
+        rests on with their elasticity, posterior interval and the items that pin them."""
+        terms = {}
+        for term, seconds in self.terms.items():
+            rests = []
+            for name in TERM_PARAMETERS[term]:
+                known = ensemble.parameters.get(name, {})
+                rests.append(
+                    {
+                        "parameter": name,
+                        "elasticity": self.elasticity.get(name),
+                        "p05": known.get("p05"),
+                        "p95": known.get("p95"),
+                        "narrowing": known.get("narrowing"),
+                        "pinned_by": known.get("pinned_by", []),
+                    }
+                )
+            terms[term.value] = {
+                "seconds": seconds,
+                "share": seconds / total_s if total_s else 0.0,
+                "rests_on": rests,
+            }
+        return {"terms": terms, "elasticity": self.elasticity}
+
+
+def assess(
+    result: SimResult, hw: Hardware, ensemble: Ensemble
+) -> Uncertainty:
+    """The run's intervals over `ensemble` applied to `hw`, and its drivers."""
+    pricer = AnchoredPricer(result.program, result, hw)
+    members = pricer.price_all(ensemble.applied(hw))
+    return Uncertainty(
+        members=len(members),
+        intervals=intervals(members),
+        terms=split_by_term(result),
+        elasticity=elasticities(pricer, hw),
+        discrepancy=ensemble.discrepancy,
+    )
