@@ -487,8 +487,26 @@ class GQAConfig(ModelConfig):
     def unmodelled(self) -> list[SpecError]:
         return [
             *super().unmodelled(),
+            *self._head_dim_problems(),
             *self._bias_problems(),
             *self._layer_type_problems(),
+        ]
+
+    def _head_dim_problems(self) -> list[SpecError]:
+        """Without `head_dim` each head is hidden_size / num_attention_heads wide, which must be
+        whole (transformers would truncate it and build another model)."""
+        hidden, heads = self.hidden_size, self.num_attention_heads
+        if self.head_dim is not None or hidden % heads == 0:
+            return []
+        return [
+            SpecError(
+                f"hidden_size = {hidden} is not a multiple of num_attention_heads = {heads} "
+                f"({hidden} / {heads} = {hidden / heads:.4g}), and no head_dim gives each "
+                "head's width",
+                key="num_attention_heads",
+                fix=f"set head_dim (hidden_size // num_attention_heads would truncate it to "
+                f"{hidden // heads}), or use a head count that divides {hidden}",
+            )
         ]
 
     def _bias_problems(self) -> list[SpecError]:

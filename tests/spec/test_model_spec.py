@@ -519,6 +519,25 @@ def test_deepseek_keys_it_cannot_model_are_refused(tmp_path, key, value):
     assert exc.value.key == key
 
 
+@pytest.mark.parametrize(
+    ("name", "heads", "hidden"), [("llama", 48, 4096), ("mixtral-8x7b-v0.1", 96, 4096)]
+)
+def test_heads_that_do_not_divide_hidden_need_head_dim(tmp_path, name, heads, hidden):
+    base = HF_LLAMA_31_8B if name == "llama" else fixture_data(name)
+    data = dict(base, num_attention_heads=heads, num_key_value_heads=8)
+    data.pop("head_dim", None)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    err = exc.value
+    assert (err.key, err.line) == ("num_attention_heads", line_of_key(path, "num_attention_heads"))
+    assert f"{hidden} / {heads} = {hidden / heads:.4g}" in err.problem
+    assert (err.fix or "").startswith("set head_dim")
+    path.write_text(json.dumps(dict(data, head_dim=128), indent=2), encoding="utf-8")
+    assert load_model_config(path).attention_head_dim == 128
+
+
 def test_spec_must_be_a_mapping(write_file):
     path = write_file("list.yaml", "- a\n- b\n")
     with pytest.raises(SpecError) as exc:
