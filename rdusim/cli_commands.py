@@ -221,7 +221,8 @@ def _cmd_map(args: argparse.Namespace) -> int:
     search = _search_options(args)
     traced = any(key in outputs for key, _ in _TRACES)
     run = run_mapping(args.mapping, args.set, trace=traced, search=search, progress=_progress(args))
-    report = run.report
+    timed = _with_search_time(run)
+    report = timed if args.timings else run.report
     files = _trace_files(run, outputs) if traced else {}
     if "--out" in outputs:
         files[outputs["--out"]] = dump_json(report)
@@ -231,7 +232,7 @@ def _cmd_map(args: argparse.Namespace) -> int:
     if args.json:
         print(dump_json(report), end="")
     else:
-        print(render_map_report(report))
+        print(render_map_report(timed))
         if args.ops:
             print()
             print(render_op_timing(report))
@@ -246,6 +247,15 @@ def _cmd_map(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_search_time(run: MapRun) -> dict[str, Any]:
+    """The report with the auto-mapper's wall time (`search_seconds`), which the text report
+    shows and the JSON has only with --timings (it differs from run to run)."""
+    if run.auto is None:
+        return run.report
+    auto = {**run.report["auto_mapping"], "search_seconds": round(run.auto.seconds, 3)}
+    return {**run.report, "auto_mapping": auto}
+
+
 def _search_options(args: argparse.Namespace) -> SearchOptions | None:
     """The auto-mapper's options, refused when the mapping's kernels are written out."""
     from rdusim.search.mapper import SearchOptions
@@ -256,6 +266,7 @@ def _search_options(args: argparse.Namespace) -> SearchOptions | None:
             ("--objective", args.objective),
             ("--latency-bound", args.latency_bound),
             ("--alternatives", args.alternatives or None),
+            ("--timings", args.timings or None),
         )
         if value is not None
     ]
@@ -749,6 +760,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=0,
         metavar="N",
         help="also report the N best runner-up mappings (JSON key alternatives)",
+    )
+    auto.add_argument(
+        "--timings",
+        action="store_true",
+        help="also report the search's wall time (search_seconds): it differs from run to run, "
+        "so it is left out of the report unless asked for",
     )
     m.add_argument(
         "--emit-mapping",

@@ -4,6 +4,7 @@ code 2, the file, the key path and a fix; never a traceback)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -475,6 +476,7 @@ def test_text_report_shows_attention_sharding(run_cli, mappings_dir, monkeypatch
     [
         (["--objective", "ttft"], ["--objective", "nothing to search", "kernels=auto"]),
         (["--alternatives", "2"], ["--alternatives", "kernels=auto"]),
+        (["--timings"], ["--timings", "kernels=auto"]),
         (
             ["--set", "kernels=auto", "--objective", "ttft"],
             ["--objective", "for prefill", "step-time"],
@@ -531,3 +533,25 @@ def test_a_prefill_latency_bound_is_refused_without_suggesting_a_decode_objectiv
     code, _, err = run_cli(["map", "r1_prefill", "--set", "kernels=auto", "--latency-bound", "1"])
     assert code == 2
     assert "drop --latency-bound" in err and "add --objective" not in err
+
+
+AUTO_8B = ["map", "llama31_8b_decode", "--set", "batch=1", "--set", "kernels=auto"]
+
+
+def test_auto_mapped_json_is_the_same_bytes_every_run(run_cli, tmp_path):
+    code, first, err = run_cli([*AUTO_8B, "--json", "--out", tmp_path / "a"])
+    assert code == 0, err
+    assert "search_seconds" not in first  # wall time would make every run differ
+    _, second, _ = run_cli([*AUTO_8B, "--json", "--out", tmp_path / "b"])
+    assert first == second
+    assert (tmp_path / "a" / "report.json").read_bytes() == (
+        tmp_path / "b" / "report.json"
+    ).read_bytes()
+
+
+def test_timings_add_the_search_time(run_cli):
+    code, out, err = run_cli([*AUTO_8B, "--json", "--timings"])
+    assert code == 0, err
+    assert json.loads(out)["auto_mapping"]["search_seconds"] >= 0
+    _, text, _ = run_cli(AUTO_8B)
+    assert re.search(r"mappings simulated, \d+\.\d s", " ".join(text.split()))
