@@ -168,21 +168,29 @@ def run_resolved(
 
 
 def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:
-    """The program, and the largest batch that fits when the mapping asks for it (`max`)."""
+    """The program, and for decode the largest power-of-two batch that fits HBM (capacity is
+    arithmetic, so a decode report has it whether the mapping asks for `batch: max` or fixes
+    its batch); None in prefill."""
     if rm.spec.batch == "max":
         return max_batch(rm)
     program = compile_mapping(rm)
+    capacity_batch = _capacity(rm, program)
     if program.hbm.fits:
-        return None, program
-    capacity_batch: int | None = None
-    if program.phase == "decode" and program.hbm.weights <= program.hbm.capacity:
-        try:
-            capacity_batch = max_batch(rm)[0]
-        except SpecError:
-            capacity_batch = None
+        return capacity_batch, program
     fix = (
         f"use batch {capacity_batch} or less (`batch: max`), enable snapstream, or shorten seq_len"
         if capacity_batch
         else "shorten seq_len or use more sockets"
     )
     raise does_not_fit(rm, program, fix)
+
+
+def _capacity(rm: ResolvedMapping, program: Program) -> int | None:
+    """The largest power-of-two decode batch that fits, or None (prefill, or the weights alone
+    overflow HBM, or no batch fits)."""
+    if program.phase != "decode" or program.hbm.weights > program.hbm.capacity:
+        return None
+    try:
+        return max_batch(rm)[0]
+    except SpecError:
+        return None

@@ -139,7 +139,8 @@ def test_set_batch_and_seq_len_in_decode(run_cli, mappings_dir):
     tokens_per_step = 1 + 0.8 + 0.8**2
     report = map_json(run_cli, path, "batch=8", "seq_len=8192")
     assert report["batch"] == 8 and report["seq_len"] == 8192
-    assert report["max_batch_size"] is None  # searched only with batch: max
+    at_max = map_json(run_cli, path, "batch=max", "seq_len=8192")
+    assert report["max_batch_size"] == at_max["max_batch_size"] == at_max["batch"]  # capacity
     assert report["snapstream"]["kv_len"] == 2048
     assert report["mtp"] == {"mode": "verify", "draft_tokens": 2, "verified_tokens": 3}
     assert report["tokens_per_step"] == pytest.approx(tokens_per_step)
@@ -555,3 +556,14 @@ def test_timings_add_the_search_time(run_cli):
     assert json.loads(out)["auto_mapping"]["search_seconds"] >= 0
     _, text, _ = run_cli(AUTO_8B)
     assert re.search(r"mappings simulated, \d+\.\d s", " ".join(text.split()))
+
+
+def test_a_decode_report_with_a_fixed_batch_has_its_max_batch(run_cli):
+    code, out, err = run_cli(["map", "llama31_8b_decode", "--json"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["batch"] == 64 and report["max_batch_size"] == 512
+    _, text, _ = run_cli(["map", "llama31_8b_decode"])
+    assert "max batch size (power of two that fits HBM): 512" in text
+    _, prefill, _ = run_cli(["map", "llama31_8b_prefill", "--json"])
+    assert json.loads(prefill)["max_batch_size"] is None  # a prefill graph has no decode batch
