@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rdusim.compiler.capacity import does_not_fit, max_batch
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
-from rdusim.errors import SpecError
+from rdusim.errors import SpecError, SpecTypeError
 from rdusim.report.schema import build_report
 from rdusim.search.mapper import AutoMapping, SearchOptions, auto_map
 from rdusim.sim.model import SimResult, simulate
@@ -59,8 +59,37 @@ def run(
     from rdusim.mapping_api import load_mapping as load_editable
     from rdusim.report.typed import Report
 
-    rm = _with_changes(load_editable(mapping), {**overrides, **(set or {})})
+    m = load_editable(mapping)
+    rm = _with_changes(m, {**overrides, **_set_argument(set, m.name)})
     return Report.model_validate(run_resolved(rm).report)
+
+
+def _set_argument(value: Any, name: str) -> dict[str, Any]:
+    """`run`'s `set=`: a dict from dotted field names to values (None: no changes)."""
+    from collections.abc import Mapping as AbcMapping
+
+    call = "rdusim.run(m, set={'snapstream.enabled': False}) (or a keyword: seq_len=65536)"
+    if value is None:
+        return {}
+    if not isinstance(value, AbcMapping):
+        hint = f" ({value!r} looks like --set text)" if isinstance(value, str) else ""
+        raise SpecTypeError(
+            f"set= takes a dict of dotted field names and values, not {type(value).__name__}"
+            + hint,
+            file=f"<{name}>",
+            key="set",
+            fix=f"e.g. {call}",
+        )
+    for key in value:
+        if not isinstance(key, str):
+            raise SpecTypeError(
+                f"set= key {key!r} is not a string ({type(key).__name__}); keys are dotted "
+                "field names",
+                file=f"<{name}>",
+                key="set",
+                fix=f"e.g. {call}",
+            )
+    return dict(value)
 
 
 def run_mapping(
@@ -76,6 +105,7 @@ def run_mapping(
 ) -> MapRun:
     """Compile and simulate a mapping file, shipped name, `Mapping` or dict, with `--set`-style
     `overrides`; `hardware` replaces the one the mapping names (what-ifs, calibration)."""
+    overrides = _override_list(overrides)
     if isinstance(path, str | Path):
         rm = load_mapping(path, overrides)
     else:
@@ -89,6 +119,26 @@ def run_mapping(
         search=search,
         progress=progress,
     )
+
+
+def _override_list(overrides: Any) -> list[str]:
+    """`run_mapping`'s `overrides`: `--set` strings in a list (None: none)."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, str) or not isinstance(overrides, list | tuple):
+        raise SpecTypeError(
+            f"overrides takes a list of key=value strings, not {type(overrides).__name__}",
+            key="overrides",
+            fix="e.g. run_mapping('r1_prefill', ['seq_len=65536'])",
+        )
+    bad = [o for o in overrides if not isinstance(o, str)]
+    if bad:
+        raise SpecTypeError(
+            f"overrides holds {bad[0]!r}, a {type(bad[0]).__name__}; each is a key=value string",
+            key="overrides",
+            fix="e.g. run_mapping('r1_prefill', ['seq_len=65536'])",
+        )
+    return list(overrides)
 
 
 def _resolve_editable(mapping: Mapping | dict[str, Any], overrides: list[str]) -> ResolvedMapping:

@@ -8,16 +8,15 @@ place (`write_files`), so a failure leaves nothing half-written.
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import math
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdusim.errors import SpecError
+from rdusim.outputs import output_dir, output_file, write_outputs
 from rdusim.search.objective import Objective
 from rdusim.serving.executors import ExecutorKind
 from rdusim.spec.yamlio import check_path
@@ -33,114 +32,6 @@ if TYPE_CHECKING:
 # Keys of a mapping that name files, checked before the mapping is loaded.
 MAPPING_PATH_KEYS = (("model",), ("hardware",), ("moe", "routing", "file"))
 MAPPING_HELP = "a mapping YAML file, or the name of a shipped mapping (rdusim list)"
-
-
-# --- output paths ----------------------------------------------------------------------------
-
-
-def _nearest_existing(path: Path) -> Path:
-    """`path` or its closest ancestor that exists (`.` or `/` at worst)."""
-    for candidate in (path, *path.parents):
-        if candidate.exists() or candidate.is_symlink():
-            return candidate
-    return Path(".")
-
-
-def _check_parent(path: Path, key: str) -> None:
-    """The nearest existing ancestor of `path` must be a directory that may be written."""
-    ancestor = _nearest_existing(path.parent)
-    if not ancestor.is_dir():
-        raise SpecError(
-            f"cannot write here: {ancestor} is a file, not a directory",
-            file=str(path),
-            key=key,
-            fix="choose a path whose parent directories are directories (or do not exist yet)",
-        )
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise SpecError(
-            f"cannot write here: no permission to write in {ancestor}",
-            file=str(path),
-            key=key,
-            fix="choose a directory you may write in",
-        )
-
-
-def _named(text: str, key: str, example: str) -> Path:
-    """A non-empty path the operating system can use."""
-    if not text.strip():
-        raise SpecError("is empty", key=key, fix=f"name a path, e.g. {key} {example}")
-    check_path(text, file=text, key=key)
-    return Path(text)
-
-
-def output_file(text: str, key: str, example: str) -> Path:
-    """Check an output file given on option `key` before any work is done."""
-    path = _named(text, key, example)
-    if path.is_dir():
-        raise SpecError(
-            "is a directory, not a file",
-            file=str(path),
-            key=key,
-            fix=f"name a file to write, e.g. {key} {path / example}",
-        )
-    _check_parent(path, key)
-    return path
-
-
-def output_dir(text: str, key: str, names: Sequence[str]) -> Path:
-    """Check an output directory (created if missing) and the `names` to be written in it."""
-    out = _named(text, key, "out")
-    if out.exists() and not out.is_dir():
-        raise SpecError(
-            "exists and is not a directory",
-            file=str(out),
-            key=key,
-            fix="name a directory (it is created if missing)",
-        )
-    _check_parent(out / "x", key)
-    for name in names:
-        if (out / name).is_dir():
-            raise SpecError(
-                "is a directory, not a file",
-                file=str(out / name),
-                key=key,
-                fix=f"remove that directory or name another {key} directory",
-            )
-    return out
-
-
-_WRITE_FIXES = {
-    errno.ENOSPC: "free some space on that disk, or write somewhere else",
-    errno.EDQUOT: "free some of your disk quota, or write somewhere else",
-    errno.EROFS: "the file system is read-only: write somewhere else",
-    errno.EACCES: "choose a location you may write in",
-    errno.EPERM: "choose a location you may write in",
-}
-
-
-def write_outputs(files: Mapping[Path, str | bytes], keys: Mapping[Path, str]) -> None:
-    """Write all `files` at once; an operating-system refusal is a `SpecError` on the option
-    (`keys[path]`) that named the file."""
-    from rdusim.report.tables import write_files
-
-    try:
-        write_files(files)
-    except OSError as exc:
-        failed = Path(exc.filename) if isinstance(exc.filename, str) else None
-        # the refused name is the file, its temporary sibling, or a directory on its way
-        path = next(
-            (p for p in files if failed is not None and p.is_relative_to(failed.parent)),
-            next(iter(files)),
-        )
-        raise SpecError(
-            f"cannot write the file: {exc.strerror or exc}",
-            file=str(path),
-            key=keys.get(path),
-            fix=_WRITE_FIXES.get(
-                exc.errno or 0,
-                "check that its directory exists or can be created, and that you may write there",
-            ),
-        ) from None
 
 
 def _check_mapping_paths(mapping: str, overrides: Sequence[str]) -> None:

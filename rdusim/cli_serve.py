@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.cli_commands import MAPPING_HELP, output_dir, output_file, write_outputs
+from rdusim.cli_commands import MAPPING_HELP
 from rdusim.errors import RdusimError, SpecError
+from rdusim.outputs import output_dir, output_file, write_outputs
 
 if TYPE_CHECKING:
     from rdusim.serving.serve import ServePoint, ServeRun
