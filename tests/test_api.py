@@ -383,7 +383,7 @@ def test_relative_paths_stay_relative_to_the_mapping_file(
 
 
 def test_a_shipped_model_is_written_by_name(tmp_path: Path, paper: rdusim.Mapping) -> None:
-    path = paper.to_yaml(tmp_path / "p.yaml")  # r1_prefill says ../models/deepseek-r1.yaml
+    path = paper.to_yaml(tmp_path / "p.yaml")  # r1_prefill names it so
     assert YAML(typ="safe").load(path.read_text())["model"] == "deepseek-r1"
 
 

@@ -567,3 +567,19 @@ def test_a_decode_report_with_a_fixed_batch_has_its_max_batch(run_cli):
     assert "max batch size (power of two that fits HBM): 512" in text
     _, prefill, _ = run_cli(["map", "llama31_8b_prefill", "--json"])
     assert json.loads(prefill)["max_batch_size"] is None  # a prefill graph has no decode batch
+
+
+@pytest.mark.parametrize(
+    "name", ["r1_prefill", "r1_decode", "llama31_8b_prefill", "llama31_8b_decode"]
+)
+def test_a_copied_shipped_mapping_runs(run_cli, mappings_dir, tmp_path, monkeypatch, name):
+    """`cp rdusim/mappings/X.yaml mine.yaml && rdusim map mine.yaml` runs: a shipped mapping
+    names its model by its shipped name, not by a path relative to rdusim's folder."""
+    text = (mappings_dir / f"{name}.yaml").read_text(encoding="utf-8")
+    assert "../" not in text
+    (tmp_path / "mine.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, copied, err = run_cli(["map", "mine.yaml", "--json"])
+    assert code == 0, err
+    _, shipped, _ = run_cli(["map", name, "--json"])
+    assert json.loads(copied)["total_latency_s"] == json.loads(shipped)["total_latency_s"]
