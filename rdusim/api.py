@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.compiler.capacity import does_not_fit, max_batch
+from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
 from rdusim.errors import SpecError, SpecTypeError
@@ -228,7 +228,7 @@ def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:
     if program.hbm.fits:
         return capacity_batch, program
     fix = (
-        f"use batch {capacity_batch} or less (`batch: max`), enable snapstream, or shorten seq_len"
+        remedies(rm, f"use batch {capacity_batch} or less (`batch: max`)", "shorten seq_len")
         if capacity_batch
         else "shorten seq_len or use more sockets"
     )

@@ -583,3 +583,16 @@ def test_a_copied_shipped_mapping_runs(run_cli, mappings_dir, tmp_path, monkeypa
     assert code == 0, err
     _, shipped, _ = run_cli(["map", name, "--json"])
     assert json.loads(copied)["total_latency_s"] == json.loads(shipped)["total_latency_s"]
+
+
+TINY_SRAM = ["--set", "hardware.socket.pmu_bytes=2e3", "--set", "hardware.socket.sram_bytes=2.08e6"]
+
+
+def test_no_legal_mapping_names_the_op_and_offers_only_fixes_that_are_off(run_cli):
+    # the prefill mapping has SnapStream on: enabling it is no fix
+    code, out, err = run_cli(["map", "llama31_8b_prefill", "--set", "kernels=auto", *TINY_SRAM])
+    assert code == 2, (out, err)
+    assert "kernels: op q_proj of the dense layers fits no kernel" in err
+    assert "2.12 MB of SRAM" in err and "Traceback" not in err
+    fix = err.split("fix:", 1)[1]
+    assert "snapstream" not in fix and "more SRAM" in fix
