@@ -196,3 +196,18 @@ def test_help(run_cli) -> None:
     assert code == 0 and "--workload" in out and "--rate" in out
     _, top, _ = run_cli(["--help"])
     assert "serve" in top
+
+
+def test_a_workload_without_slo_runs_with_goodput_not_applicable(
+    run_cli, workload: Path, tmp_path: Path
+) -> None:
+    workload.write_text(WORKLOAD.replace("slo: {ttft_s: 30, tpot_s: 0.2}\n", ""), encoding="utf-8")
+    code, text, err = serve(run_cli, workload)
+    assert code == 0, err
+    assert "goodput         not applicable: the workload sets no slo" in text
+    code, out, err = serve(run_cli, workload, "--json", "--rate", "1,2", "--out", tmp_path / "o")
+    assert code == 0, err
+    for point in json.loads(out)["points"]:
+        assert point["goodput_requests_per_s"] is None and point["settings"]["slo"] is None
+        assert "not applicable" in point["goodput_note"]
+    assert (tmp_path / "o" / "latency_cdf.png").exists()

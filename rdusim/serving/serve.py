@@ -167,7 +167,7 @@ def point_document(
             "rate": point.rate if point.rate is not None else spec.arrival.rate,
             "seed": spec.seed,
             "workload": spec.name,
-            "slo": {"ttft_s": spec.slo.ttft_s, "tpot_s": spec.slo.tpot_s},
+            "slo": ({"ttft_s": spec.slo.ttft_s, "tpot_s": spec.slo.tpot_s} if spec.slo else None),
         },
         "deployment": deployment,
         "graphs": {

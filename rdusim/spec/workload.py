@@ -268,7 +268,7 @@ class WorkloadSpec(Strict):
     arrival: ArrivalSpec
     prompt_tokens: LengthSpec | None = None
     output_tokens: LengthSpec | None = None
-    slo: SloSpec
+    slo: SloSpec | None = None  # none: goodput is not applicable (reported as null, with why)
     deployment: DeploymentSpec = Field(default_factory=DeploymentSpec)
 
     @model_validator(mode="after")

@@ -179,9 +179,10 @@ def test_a_window_expecting_no_request_is_refused(tmp_path: Path) -> None:
     assert err.key == "duration_s" and "fewer than one" in err.problem
 
 
-def test_the_slo_is_required(tmp_path: Path) -> None:
-    err = error_of(tmp_path, GOOD.replace("slo: {ttft_s: 30, tpot_s: 0.2}\n", ""))
-    assert err.key == "slo"
+def test_the_slo_is_optional(tmp_path: Path) -> None:
+    assert "slo: {ttft_s: 30, tpot_s: 0.2}\n" in GOOD
+    path = write(tmp_path, GOOD.replace("slo: {ttft_s: 30, tpot_s: 0.2}\n", ""))
+    assert load_workload(path).spec.slo is None
 
 
 def test_lengths_come_from_the_trace(tmp_path: Path) -> None:
