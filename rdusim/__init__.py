@@ -9,6 +9,10 @@ The entry points are the `rdusim` command and, from Python:
     report = rdusim.run(m, seq_len=65536)
     report.total_latency_s
 
+Mistakes raise `rdusim.RdusimError` subclasses (`SpecError`, several at once `SpecErrors`, an
+argument of the wrong type `SpecTypeError`, also a `TypeError`; a well-formed request that does
+not fit `InfeasibleError`), each naming the file or object, the key and a fix.
+
 The names below are imported on first use, so `import rdusim` (and `rdusim --version`) stays
 cheap: the compiler, simulator, numpy and pydantic load only when a mapping is.
 """
@@ -22,6 +26,7 @@ __version__ = "0.2.0"
 
 if TYPE_CHECKING:
     from rdusim.api import run
+    from rdusim.errors import InfeasibleError, RdusimError, SpecError, SpecErrors, SpecTypeError
     from rdusim.mapping_api import Mapping, load_mapping
     from rdusim.report.typed import Report
 
@@ -31,9 +36,25 @@ _LAZY = {
     "Mapping": "rdusim.mapping_api",
     "run": "rdusim.api",
     "Report": "rdusim.report.typed",
+    "RdusimError": "rdusim.errors",
+    "SpecError": "rdusim.errors",
+    "SpecErrors": "rdusim.errors",
+    "SpecTypeError": "rdusim.errors",
+    "InfeasibleError": "rdusim.errors",
 }
 
-__all__ = ["Mapping", "Report", "__version__", "load_mapping", "run"]
+__all__ = [
+    "InfeasibleError",
+    "Mapping",
+    "RdusimError",
+    "Report",
+    "SpecError",
+    "SpecErrors",
+    "SpecTypeError",
+    "__version__",
+    "load_mapping",
+    "run",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.compiler.capacity import does_not_fit, max_batch
+from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
-from rdusim.errors import SpecError
+from rdusim.errors import SpecError, SpecTypeError
 from rdusim.report.schema import build_report
 from rdusim.search.mapper import AutoMapping, SearchOptions, auto_map
 from rdusim.sim.model import SimResult, simulate
@@ -71,7 +71,8 @@ def run(
     from rdusim.mapping_api import load_mapping as load_editable
     from rdusim.report.typed import Report
 
-    rm = _with_changes(load_editable(mapping), {**overrides, **(set or {})})
+    m = load_editable(mapping)
+    rm = _with_changes(m, {**overrides, **_set_argument(set, m.name)})
     return Report.model_validate(run_resolved(rm).report)
 
 
@@ -98,6 +99,34 @@ def uncertainty_report(result: SimResult, hw: Hardware) -> dict[str, Any]:
     }
 
 
+def _set_argument(value: Any, name: str) -> dict[str, Any]:
+    """`run`'s `set=`: a dict from dotted field names to values (None: no changes)."""
+    from collections.abc import Mapping as AbcMapping
+
+    call = "rdusim.run(m, set={'snapstream.enabled': False}) (or a keyword: seq_len=65536)"
+    if value is None:
+        return {}
+    if not isinstance(value, AbcMapping):
+        hint = f" ({value!r} looks like --set text)" if isinstance(value, str) else ""
+        raise SpecTypeError(
+            f"set= takes a dict of dotted field names and values, not {type(value).__name__}"
+            + hint,
+            file=f"<{name}>",
+            key="set",
+            fix=f"e.g. {call}",
+        )
+    for key in value:
+        if not isinstance(key, str):
+            raise SpecTypeError(
+                f"set= key {key!r} is not a string ({type(key).__name__}); keys are dotted "
+                "field names",
+                file=f"<{name}>",
+                key="set",
+                fix=f"e.g. {call}",
+            )
+    return dict(value)
+
+
 def run_mapping(
     path: str | Path | Mapping | dict[str, Any],
     overrides: list[str] | None = None,
@@ -113,6 +142,7 @@ def run_mapping(
     """Compile and simulate a mapping file, shipped name, `Mapping` or dict, with `--set`-style
     `overrides`; `hardware` replaces the one the mapping names (what-ifs, calibration);
     `uncertainty` adds intervals and drivers over the shipped ensemble."""
+    overrides = _override_list(overrides)
     if isinstance(path, str | Path):
         rm = load_mapping(path, overrides)
     else:
@@ -127,6 +157,26 @@ def run_mapping(
         progress=progress,
         uncertainty=uncertainty,
     )
+
+
+def _override_list(overrides: Any) -> list[str]:
+    """`run_mapping`'s `overrides`: `--set` strings in a list (None: none)."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, str) or not isinstance(overrides, list | tuple):
+        raise SpecTypeError(
+            f"overrides takes a list of key=value strings, not {type(overrides).__name__}",
+            key="overrides",
+            fix="e.g. run_mapping('r1_prefill', ['seq_len=65536'])",
+        )
+    bad = [o for o in overrides if not isinstance(o, str)]
+    if bad:
+        raise SpecTypeError(
+            f"overrides holds {bad[0]!r}, a {type(bad[0]).__name__}; each is a key=value string",
+            key="overrides",
+            fix="e.g. run_mapping('r1_prefill', ['seq_len=65536'])",
+        )
+    return list(overrides)
 
 
 def _resolve_editable(mapping: Mapping | dict[str, Any], overrides: list[str]) -> ResolvedMapping:
@@ -210,21 +260,29 @@ def run_resolved(
 
 
 def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:
-    """The program, and the largest batch that fits when the mapping asks for it (`max`)."""
+    """The program, and for decode the largest power-of-two batch that fits HBM (capacity is
+    arithmetic, so a decode report has it whether the mapping asks for `batch: max` or fixes
+    its batch); None in prefill."""
     if rm.spec.batch == "max":
         return max_batch(rm)
     program = compile_mapping(rm)
+    capacity_batch = _capacity(rm, program)
     if program.hbm.fits:
-        return None, program
-    capacity_batch: int | None = None
-    if program.phase == "decode" and program.hbm.weights <= program.hbm.capacity:
-        try:
-            capacity_batch = max_batch(rm)[0]
-        except SpecError:
-            capacity_batch = None
+        return capacity_batch, program
     fix = (
-        f"use batch {capacity_batch} or less (`batch: max`), enable snapstream, or shorten seq_len"
+        remedies(rm, f"use batch {capacity_batch} or less (`batch: max`)", "shorten seq_len")
         if capacity_batch
         else "shorten seq_len or use more sockets"
     )
     raise does_not_fit(rm, program, fix)
+
+
+def _capacity(rm: ResolvedMapping, program: Program) -> int | None:
+    """The largest power-of-two decode batch that fits, or None (prefill, or the weights alone
+    overflow HBM, or no batch fits)."""
+    if program.phase != "decode" or program.hbm.weights > program.hbm.capacity:
+        return None
+    try:
+        return max_batch(rm)[0]
+    except SpecError:
+        return None

@@ -65,11 +65,25 @@ def build_parser() -> argparse.ArgumentParser:
         "model",
         help="a model YAML, a Hugging Face config.json, or a shipped model's name (rdusim list)",
     )
-    m.add_argument("--phase", choices=("prefill", "decode"), default="prefill")
     m.add_argument(
-        "--seq-len", type=int, default=4096, help="prompt length (prefill) or cache length (decode)"
+        "--phase",
+        choices=("prefill", "decode"),
+        default="prefill",
+        help="which graph's layer to list: prefill (the whole prompt at once; MLA decompressed) "
+        "or decode (one token per sequence against the cache; MLA absorbed) (default: prefill)",
     )
-    m.add_argument("--batch", type=int, default=1)
+    m.add_argument(
+        "--seq-len",
+        type=int,
+        default=4096,
+        help="prompt length (prefill) or cache length (decode) (default: 4096)",
+    )
+    m.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="sequences processed together, scaling the table's FLOPs and bytes (default: 1)",
+    )
     m.add_argument("--json", action="store_true", help="print the JSON report")
     m.set_defaults(func=_cmd_model)
 

@@ -8,16 +8,15 @@ place (`write_files`), so a failure leaves nothing half-written.
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import math
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdusim.errors import SpecError
+from rdusim.outputs import output_dir, output_file, write_outputs
 from rdusim.search.objective import Objective
 from rdusim.serving.executors import ExecutorKind
 from rdusim.spec.yamlio import check_path
@@ -33,114 +32,6 @@ if TYPE_CHECKING:
 # Keys of a mapping that name files, checked before the mapping is loaded.
 MAPPING_PATH_KEYS = (("model",), ("hardware",), ("moe", "routing", "file"))
 MAPPING_HELP = "a mapping YAML file, or the name of a shipped mapping (rdusim list)"
-
-
-# --- output paths ----------------------------------------------------------------------------
-
-
-def _nearest_existing(path: Path) -> Path:
-    """`path` or its closest ancestor that exists (`.` or `/` at worst)."""
-    for candidate in (path, *path.parents):
-        if candidate.exists() or candidate.is_symlink():
-            return candidate
-    return Path(".")
-
-
-def _check_parent(path: Path, key: str) -> None:
-    """The nearest existing ancestor of `path` must be a directory that may be written."""
-    ancestor = _nearest_existing(path.parent)
-    if not ancestor.is_dir():
-        raise SpecError(
-            f"cannot write here: {ancestor} is a file, not a directory",
-            file=str(path),
-            key=key,
-            fix="choose a path whose parent directories are directories (or do not exist yet)",
-        )
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise SpecError(
-            f"cannot write here: no permission to write in {ancestor}",
-            file=str(path),
-            key=key,
-            fix="choose a directory you may write in",
-        )
-
-
-def _named(text: str, key: str, example: str) -> Path:
-    """A non-empty path the operating system can use."""
-    if not text.strip():
-        raise SpecError("is empty", key=key, fix=f"name a path, e.g. {key} {example}")
-    check_path(text, file=text, key=key)
-    return Path(text)
-
-
-def output_file(text: str, key: str, example: str) -> Path:
-    """Check an output file given on option `key` before any work is done."""
-    path = _named(text, key, example)
-    if path.is_dir():
-        raise SpecError(
-            "is a directory, not a file",
-            file=str(path),
-            key=key,
-            fix=f"name a file to write, e.g. {key} {path / example}",
-        )
-    _check_parent(path, key)
-    return path
-
-
-def output_dir(text: str, key: str, names: Sequence[str]) -> Path:
-    """Check an output directory (created if missing) and the `names` to be written in it."""
-    out = _named(text, key, "out")
-    if out.exists() and not out.is_dir():
-        raise SpecError(
-            "exists and is not a directory",
-            file=str(out),
-            key=key,
-            fix="name a directory (it is created if missing)",
-        )
-    _check_parent(out / "x", key)
-    for name in names:
-        if (out / name).is_dir():
-            raise SpecError(
-                "is a directory, not a file",
-                file=str(out / name),
-                key=key,
-                fix=f"remove that directory or name another {key} directory",
-            )
-    return out
-
-
-_WRITE_FIXES = {
-    errno.ENOSPC: "free some space on that disk, or write somewhere else",
-    errno.EDQUOT: "free some of your disk quota, or write somewhere else",
-    errno.EROFS: "the file system is read-only: write somewhere else",
-    errno.EACCES: "choose a location you may write in",
-    errno.EPERM: "choose a location you may write in",
-}
-
-
-def write_outputs(files: Mapping[Path, str | bytes], keys: Mapping[Path, str]) -> None:
-    """Write all `files` at once; an operating-system refusal is a `SpecError` on the option
-    (`keys[path]`) that named the file."""
-    from rdusim.report.tables import write_files
-
-    try:
-        write_files(files)
-    except OSError as exc:
-        failed = Path(exc.filename) if isinstance(exc.filename, str) else None
-        # the refused name is the file, its temporary sibling, or a directory on its way
-        path = next(
-            (p for p in files if failed is not None and p.is_relative_to(failed.parent)),
-            next(iter(files)),
-        )
-        raise SpecError(
-            f"cannot write the file: {exc.strerror or exc}",
-            file=str(path),
-            key=keys.get(path),
-            fix=_WRITE_FIXES.get(
-                exc.errno or 0,
-                "check that its directory exists or can be created, and that you may write there",
-            ),
-        ) from None
 
 
 def _check_mapping_paths(mapping: str, overrides: Sequence[str]) -> None:
@@ -221,7 +112,8 @@ def _cmd_map(args: argparse.Namespace) -> int:
     search = _search_options(args)
     traced = any(key in outputs for key, _ in _TRACES)
     run = run_mapping(args.mapping, args.set, trace=traced, search=search, progress=_progress(args))
-    report = run.report
+    timed = _with_search_time(run)
+    report = timed if args.timings else run.report
     files = _trace_files(run, outputs) if traced else {}
     if "--out" in outputs:
         files[outputs["--out"]] = dump_json(report)
@@ -231,7 +123,7 @@ def _cmd_map(args: argparse.Namespace) -> int:
     if args.json:
         print(dump_json(report), end="")
     else:
-        print(render_map_report(report))
+        print(render_map_report(timed))
         if args.ops:
             print()
             print(render_op_timing(report))
@@ -246,6 +138,15 @@ def _cmd_map(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_search_time(run: MapRun) -> dict[str, Any]:
+    """The report with the auto-mapper's wall time (`search_seconds`), which the text report
+    shows and the JSON has only with --timings (it differs from run to run)."""
+    if run.auto is None:
+        return run.report
+    auto = {**run.report["auto_mapping"], "search_seconds": round(run.auto.seconds, 3)}
+    return {**run.report, "auto_mapping": auto}
+
+
 def _search_options(args: argparse.Namespace) -> SearchOptions | None:
     """The auto-mapper's options, refused when the mapping's kernels are written out."""
     from rdusim.search.mapper import SearchOptions
@@ -256,6 +157,7 @@ def _search_options(args: argparse.Namespace) -> SearchOptions | None:
             ("--objective", args.objective),
             ("--latency-bound", args.latency_bound),
             ("--alternatives", args.alternatives or None),
+            ("--timings", args.timings or None),
         )
         if value is not None
     ]
@@ -750,6 +652,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="also report the N best runner-up mappings (JSON key alternatives)",
     )
+    auto.add_argument(
+        "--timings",
+        action="store_true",
+        help="also report the search's wall time (search_seconds): it differs from run to run, "
+        "so it is left out of the report unless asked for",
+    )
     m.add_argument(
         "--emit-mapping",
         metavar="OUT.yaml",
@@ -759,7 +667,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m.set_defaults(func=_cmd_map)
 
     r = sub.add_parser("reproduce", help="the paper's Tables 4 and 5: plots, CSV/JSON, comparison")
-    r.add_argument("which", nargs="?", choices=("table4", "table5", "all"), default="all")
+    r.add_argument(
+        "which",
+        nargs="?",
+        choices=("table4", "table5", "all"),
+        default="all",
+        help="table4: Table 4's prefill time shares per kernel, with SnapStream's prefill "
+        "overhead; table5: Table 5's decode max batch and throughput with and without "
+        "SnapStream, with the on-chip naive cache update; all (default): both, and the "
+        "kernel-looping speed-up in the printed comparison",
+    )
     r.add_argument(
         "--out", metavar="DIR", default="reproduce", help="output directory (default: reproduce/)"
     )

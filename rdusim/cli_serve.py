@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.cli_commands import MAPPING_HELP, output_dir, output_file, write_outputs
+from rdusim.cli_commands import MAPPING_HELP
 from rdusim.errors import RdusimError, SpecError
+from rdusim.outputs import output_dir, output_file, write_outputs
 
 if TYPE_CHECKING:
     from rdusim.serving.serve import ServePoint, ServeRun
@@ -35,25 +36,39 @@ OUT_NAMES = (
 )
 
 
-def parse_rates(text: str | None) -> list[float]:
-    """`--rate 0.5,1,2` as positive, finite requests per second, each once."""
-    from rdusim.spec.workload import MAX_RATE
+# A rate as a user writes it: plain decimal or scientific notation, ASCII digits only.
+# Python's float() would also take `1_000`, `inf`, `nan` and non-ASCII digits.
+RATE_SYNTAX = re.compile(r"\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
+
+def parse_rate(item: str) -> float:
+    """One `--rate` value: a finite number above 0 and at most `MAX_RATE` requests/s."""
+    from rdusim.spec.workload import MAX_RATE
+    from rdusim.spec.yamlio import shown_value
+
+    text = item.strip()
+    fix = (
+        f"give requests per second above 0 and at most {MAX_RATE:g}, in plain decimal or "
+        "scientific notation (0.5, 1000, 1e3; no underscores), separated by commas, e.g. "
+        "--rate 0.5,1,2"
+    )
+    if not RATE_SYNTAX.fullmatch(text):
+        raise SpecError(f"{shown_value(text)} is not a number", key="--rate", fix=fix)
+    rate = float(text)
+    if not (0 < rate <= MAX_RATE):
+        raise SpecError(f"{shown_value(text)} is not an arrival rate", key="--rate", fix=fix)
+    return rate
+
+
+def parse_rates(text: str | None) -> list[float]:
+    """`--rate 0.5,1,2` as positive, finite requests per second, each once. How many requests
+    a rate gives with the workload is checked when the workload is known
+    (`rdusim.serving.serve.workload_requests`)."""
     if text is None:
         return []
     rates: list[float] = []
     for item in text.split(","):
-        try:
-            rate = float(item)
-        except ValueError:
-            rate = math.nan
-        if not (0 < rate <= MAX_RATE):
-            raise SpecError(
-                f"{item.strip()!r} is not an arrival rate",
-                key="--rate",
-                fix=f"give requests per second above 0 and at most {MAX_RATE:g}, separated by "
-                "commas, e.g. --rate 0.5,1,2",
-            )
+        rate = parse_rate(item)
         if rate in rates:
             raise SpecError(f"rate {rate:g} is listed twice", key="--rate", fix="list each once")
         rates.append(rate)
@@ -231,7 +246,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--rate",
         metavar="R1,R2,...",
-        help="arrival rates (requests/s) to run instead of the workload's, one run each",
+        help="arrival rates (requests/s) to run instead of the workload's, one run each; plain "
+        "decimal or scientific numbers (0.5, 1e3), each giving the workload at least one and at "
+        "most 1,000,000 requests",
     )
     s.add_argument("--json", action="store_true", help="print the metrics as JSON")
     s.add_argument(

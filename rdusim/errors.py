@@ -1,8 +1,10 @@
 """User-facing errors.
 
-Every mistake a user can make in a spec file or on the command line becomes a `SpecError` that
-names the file, the key path, what is wrong and how to fix it. The CLI turns it into exit code 2
-and one readable message; a traceback is reserved for bugs in rdusim itself.
+Every mistake a user can make in a spec file, on the command line or in a Python API call
+becomes a `SpecError` that names the file, the key path, what is wrong and how to fix it (an API
+argument of the wrong type is a `SpecTypeError`, also a `TypeError`). The CLI turns it into exit
+code 2 and one readable message; a traceback is reserved for bugs in rdusim itself. The classes
+are exported from `rdusim` (`rdusim.RdusimError`, `rdusim.SpecError`, ...).
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ class InfeasibleError(SpecError):
     """A well-formed request that does not fit the machine or the workload: a batch over HBM, a
     kernel over SRAM, a cache longer than the prompt. A sweep records such a point as infeasible
     and goes on; any other user error stops it."""
+
+
+class SpecTypeError(SpecError, TypeError):
+    """A Python API argument of the wrong type (`set="seq_len=1024"`, `layer=0`): a `SpecError`
+    naming the argument and how to call it, and a `TypeError` as Python convention expects."""
 
 
 class SpecErrors(RdusimError):

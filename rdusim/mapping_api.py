@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from ruamel.yaml import YAML
 
-from rdusim.errors import SpecError
+from rdusim.errors import SpecError, SpecTypeError
 from rdusim.spec.catalog import resolve_mapping, resolve_model, shipped_models
 from rdusim.spec.hardware import PRESETS, preset_path
 from rdusim.spec.mapping import (
@@ -60,9 +60,24 @@ def load_mapping(source: Mapping | str | Path | dict[str, Any]) -> Mapping:
         if not isinstance(data, dict):
             raise SpecError("a mapping must be a set of keys", file=file, fix="see mappings/*.yaml")
         return Mapping(data, file=file, doc=doc)
-    raise TypeError(
-        "load_mapping takes a mapping file's path, a shipped mapping's name, a dict or a "
-        f"Mapping, not {type(source).__name__}"
+    raise SpecTypeError(
+        f"load_mapping takes a mapping file's path, a shipped mapping's name, a dict or a "
+        f"Mapping, not {type(source).__name__}",
+        key="source",
+        fix="e.g. rdusim.load_mapping('r1_prefill') or rdusim.load_mapping('mine.yaml')",
+    )
+
+
+def text_argument(value: Any, name: str, call: str, *, file: str | None = None) -> str:
+    """`value` when it is a string; else a `SpecTypeError` on argument `name` showing `call`,
+    an example of calling it right."""
+    if isinstance(value, str):
+        return value
+    raise SpecTypeError(
+        f"{name} must be a string, not {type(value).__name__} ({value!r})",
+        file=file,
+        key=name,
+        fix=f"e.g. {call}",
     )
 
 
@@ -70,6 +85,14 @@ class Mapping:
     """A mapping being edited in Python. Edits return the mapping, so they chain."""
 
     def __init__(self, data: dict[str, Any], *, file: str | None = None, doc: Any = None) -> None:
+        if not isinstance(data, dict):
+            raise SpecTypeError(
+                f"a mapping is made from a dict of a mapping file's keys, not "
+                f"{type(data).__name__}",
+                file=file,
+                key="data",
+                fix="use rdusim.load_mapping(path, name or dict)",
+            )
         self._file = file
         self._doc = doc
         # relative paths are taken from the mapping's directory, fixed now in case cwd changes
@@ -111,6 +134,7 @@ class Mapping:
 
     def kernels(self, layer: str) -> list[KernelSpec]:
         """One layer kind's kernels, in execution order."""
+        self._texts(layer=layer, call="m.kernels('moe')", optional=False)
         _kernel_list(self._data, layer, self._label())
         kernels = self._spec.kernels
         assert isinstance(kernels, dict)
@@ -118,12 +142,14 @@ class Mapping:
 
     def kernel(self, name: str, layer: str | None = None) -> KernelSpec:
         """One kernel by name (`layer` may be left out when one layer kind has that name)."""
+        self._texts(name=name, layer=layer, call="m.kernel('MHA', layer='moe')")
         label = self._label()
         layer = self._layer_of(name, layer, label=label)
         return self.kernels(layer)[self._kernel_index(self._data, name, layer, label=label)]
 
     def ops(self, layer: str) -> list[str]:
         """The op names one layer kind runs, in execution order (what kernels list)."""
+        self._texts(layer=layer, call="m.ops('moe')", optional=False)
         rm = self.resolve()
         graphs = _graphs(rm, probe=False)
         if layer not in graphs:
@@ -148,10 +174,17 @@ class Mapping:
     def to_yaml(self, path: str | Path) -> Path:
         """Write an ordinary mapping file that gives the same result; relative paths are
         rewritten when the new file's directory would find another file. Atomic."""
-        from rdusim.report.tables import write_files
+        from rdusim.outputs import output_file, write_outputs
 
-        target = Path(path)
-        write_files({target: self.yaml_text(target.resolve().parent)})
+        if not isinstance(path, str | Path):
+            raise SpecTypeError(
+                f"to_yaml takes a file name, not {type(path).__name__} ({path!r})",
+                file=f"<{self.name}>",
+                key="path",
+                fix="e.g. m.to_yaml('mine.yaml')",
+            )
+        target = output_file(str(path), "path", "mapping.yaml", usage="m.to_yaml('{path}')")
+        write_outputs({target: self.yaml_text(target.resolve().parent)}, {target: "path"})
         return target
 
     def yaml_text(self, target_dir: Path) -> str:
@@ -170,6 +203,16 @@ class Mapping:
     @classmethod
     def from_spec(cls, spec: MappingSpec, file: str | None = None) -> Mapping:
         """A mapping holding `spec`; relative paths in it are taken from `file`'s directory."""
+        if not isinstance(spec, MappingSpec):
+            raise SpecTypeError(
+                f"from_spec takes a MappingSpec (such as m.spec or run.mapping.spec), not "
+                f"{type(spec).__name__}",
+                file=file,
+                key="spec",
+                fix="for a mapping file's keys as a dict, use rdusim.load_mapping(data)",
+            )
+        if file is not None:
+            text_argument(file, "file", "Mapping.from_spec(spec, file='mine.yaml')")
         return cls(_plain(spec), file=file)
 
     def copy(self) -> Mapping:
@@ -204,6 +247,9 @@ class Mapping:
     def move_op(self, op: str, *, to: str, layer: str | None = None) -> Mapping:
         """Move an op (or a pattern as listed) from its kernel to the end of kernel `to`; a
         kernel left with no op is dropped. Its per-op sharding override goes with it."""
+        self._texts(
+            op=op, to=to, layer=layer, call="m.move_op('attn_residual', to='FFN', layer='moe')"
+        )
         label = self._edit_label()
         layer = self._layer_of(to, layer, op, label=label)
         data = _copy.deepcopy(self._data)
@@ -221,6 +267,9 @@ class Mapping:
     def split_op(self, op: str, *, into: str, layer: str) -> Mapping:
         """Move an op into a new kernel `into`, right after the kernel it leaves, with that
         kernel's sharding and tiling (and the op's own override)."""
+        self._texts(
+            op=op, into=into, layer=layer, call="m.split_op('o_proj', into='Out', layer='moe')"
+        )
         data = _copy.deepcopy(self._data)
         label = self._edit_label()
         kernels = _kernel_list(data, layer, label)
@@ -245,6 +294,7 @@ class Mapping:
 
     def set_sharding(self, kernel: str, *, layer: str | None = None, **sharding: int) -> Mapping:
         """Replace a kernel's sharding: `set_sharding("MHA", layer="moe", tp=16)`."""
+        self._texts(kernel=kernel, layer=layer, call="m.set_sharding('MHA', layer='moe', tp=16)")
         label = self._edit_label()
         layer = self._layer_of(kernel, layer, label=label)
         value = _checked(Sharding, sharding, label, ("kernels", layer, kernel, "sharding"))
@@ -255,6 +305,9 @@ class Mapping:
     ) -> Mapping:
         """Shard one op (a name or pattern of this kernel's ops) differently from its kernel;
         it takes precedence over the kernel's other overrides."""
+        self._texts(
+            kernel=kernel, op=op, layer=layer, call="m.set_override('MLA', 'attention', dp=16)"
+        )
         label = self._edit_label()
         layer = self._layer_of(kernel, layer, op, label=label)
         data = _copy.deepcopy(self._data)
@@ -276,6 +329,7 @@ class Mapping:
     def set_tiling(self, kernel: str, *, layer: str | None = None, **tiling: int | None) -> Mapping:
         """Set a kernel's tiling fields (`kv_block`, `tile_tokens`); None restores the
         compiler's choice."""
+        self._texts(kernel=kernel, layer=layer, call="m.set_tiling('MHA', kv_block=8192)")
         label = self._edit_label()
         layer = self._layer_of(kernel, layer, label=label)
         i = self._kernel_index(self._data, kernel, layer, label=label)
@@ -285,6 +339,13 @@ class Mapping:
         return self._edit_kernel(kernel, layer, "tiling", value)
 
     # --- internals -------------------------------------------------------------------------
+
+    def _texts(self, *, call: str, optional: bool = True, **names: str | None) -> None:
+        """Refuse a name argument (layer, kernel, op) that is not a string; a `layer` of None
+        means "not given" where `optional`."""
+        for name, value in names.items():
+            if not (value is None and name == "layer" and optional):
+                text_argument(value, name, call, file=f"<{self.name}>")
 
     def _label(self, *, edited: bool | None = None) -> str:
         """The file errors name: the file while the mapping is as loaded, else a label (an

@@ -164,12 +164,11 @@ def edit_spec(tmp_path: Path) -> Callable[..., EditedSpec]:
 
 @pytest.fixture
 def r1_mapping(tmp_path, mappings_dir, models_dir):
-    """r1_prefill.yaml copied into tmp_path with text edits (the model by absolute path)."""
+    """r1_prefill.yaml copied into tmp_path with text edits (it names its model by name)."""
 
     def write(*edits: tuple[str, str], name: str = "r1_edited.yaml", text: str | None = None):
         if text is None:
             text = (mappings_dir / "r1_prefill.yaml").read_text(encoding="utf-8")
-            text = text.replace("../models/deepseek-r1.yaml", str(models_dir / "deepseek-r1.yaml"))
         for old, new in edits:
             assert old in text, old
             text = text.replace(old, new, 1)

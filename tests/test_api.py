@@ -138,6 +138,68 @@ def test_a_dict_is_checked_on_load() -> None:
         rdusim.load_mapping(3)  # type: ignore[arg-type]
 
 
+# --- API mistakes are rdusim errors with a key and a fix ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama() -> rdusim.Mapping:
+    return rdusim.load_mapping("llama31_8b_decode")
+
+
+API_MISTAKES: dict[str, tuple[Callable[[rdusim.Mapping], object], type[Exception], str]] = {
+    "set={1: 2}": (lambda m: rdusim.run(m, set={1: 2}), TypeError, "set"),  # type: ignore[dict-item]
+    "set='seq_len=1024'": (lambda m: rdusim.run(m, set="seq_len=1024"), TypeError, "set"),  # type: ignore[arg-type]
+    "from_spec(None)": (lambda m: rdusim.Mapping.from_spec(None), TypeError, "spec"),  # type: ignore[arg-type]
+    "Mapping(None)": (lambda m: rdusim.Mapping(None), TypeError, "data"),  # type: ignore[arg-type]
+    "to_yaml('.')": (lambda m: m.to_yaml("."), SpecError, "path"),
+    "to_yaml('/proc/x.yaml')": (lambda m: m.to_yaml("/proc/x.yaml"), SpecError, "path"),
+    "to_yaml(None)": (lambda m: m.to_yaml(None), TypeError, "path"),  # type: ignore[arg-type]
+    "move_op(layer=0)": (
+        lambda m: m.copy().move_op("attn_residual", to="Decoder", layer=0),  # type: ignore[arg-type]
+        TypeError,
+        "layer",
+    ),
+    "kernel(None)": (lambda m: m.kernel(None), TypeError, "name"),  # type: ignore[arg-type]
+    "ops(1)": (lambda m: m.ops(1), TypeError, "layer"),  # type: ignore[arg-type]
+    "set_override(op=5)": (lambda m: m.copy().set_override("Decoder", 5), TypeError, "op"),  # type: ignore[arg-type]
+    "run_mapping(overrides=str)": (
+        lambda m: run_mapping("llama31_8b_decode", "seq_len=1024"),  # type: ignore[arg-type]
+        TypeError,
+        "overrides",
+    ),
+    "load_mapping(3)": (lambda m: rdusim.load_mapping(3), TypeError, "source"),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("case", list(API_MISTAKES))
+def test_api_mistakes_are_rdusim_errors_with_key_and_fix(llama: rdusim.Mapping, case: str) -> None:
+    call, kind, key = API_MISTAKES[case]
+    with pytest.raises(rdusim.RdusimError) as exc:
+        call(llama)
+    err = exc.value
+    assert isinstance(err, rdusim.SpecError) and isinstance(err, kind), repr(err)
+    assert err.key == key and err.fix, str(err)
+    if kind is TypeError:
+        assert isinstance(err, rdusim.SpecTypeError)
+    assert not llama.edited  # a refused call changes nothing
+
+
+def test_error_classes_are_exported() -> None:
+    from rdusim import errors
+
+    for name in ("RdusimError", "SpecError", "SpecErrors", "SpecTypeError", "InfeasibleError"):
+        assert getattr(rdusim, name) is getattr(errors, name)
+        assert name in rdusim.__all__
+    assert issubclass(rdusim.SpecTypeError, TypeError)
+    assert issubclass(rdusim.InfeasibleError, rdusim.SpecError)
+
+
+def test_to_yaml_into_a_directory_writes_nothing(llama: rdusim.Mapping, tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="is a directory"):
+        llama.to_yaml(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 # --- errors name kernels and ops -------------------------------------------------------------
 
 
@@ -321,7 +383,7 @@ def test_relative_paths_stay_relative_to_the_mapping_file(
 
 
 def test_a_shipped_model_is_written_by_name(tmp_path: Path, paper: rdusim.Mapping) -> None:
-    path = paper.to_yaml(tmp_path / "p.yaml")  # r1_prefill says ../models/deepseek-r1.yaml
+    path = paper.to_yaml(tmp_path / "p.yaml")  # r1_prefill names it so
     assert YAML(typ="safe").load(path.read_text())["model"] == "deepseek-r1"
 
 

@@ -4,6 +4,7 @@ code 2, the file, the key path and a fix; never a traceback)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -138,7 +139,8 @@ def test_set_batch_and_seq_len_in_decode(run_cli, mappings_dir):
     tokens_per_step = 1 + 0.8 + 0.8**2
     report = map_json(run_cli, path, "batch=8", "seq_len=8192")
     assert report["batch"] == 8 and report["seq_len"] == 8192
-    assert report["max_batch_size"] is None  # searched only with batch: max
+    at_max = map_json(run_cli, path, "batch=max", "seq_len=8192")
+    assert report["max_batch_size"] == at_max["max_batch_size"] == at_max["batch"]  # capacity
     assert report["snapstream"]["kv_len"] == 2048
     assert report["mtp"] == {"mode": "verify", "draft_tokens": 2, "verified_tokens": 3}
     assert report["tokens_per_step"] == pytest.approx(tokens_per_step)
@@ -475,6 +477,7 @@ def test_text_report_shows_attention_sharding(run_cli, mappings_dir, monkeypatch
     [
         (["--objective", "ttft"], ["--objective", "nothing to search", "kernels=auto"]),
         (["--alternatives", "2"], ["--alternatives", "kernels=auto"]),
+        (["--timings"], ["--timings", "kernels=auto"]),
         (
             ["--set", "kernels=auto", "--objective", "ttft"],
             ["--objective", "for prefill", "step-time"],
@@ -531,3 +534,65 @@ def test_a_prefill_latency_bound_is_refused_without_suggesting_a_decode_objectiv
     code, _, err = run_cli(["map", "r1_prefill", "--set", "kernels=auto", "--latency-bound", "1"])
     assert code == 2
     assert "drop --latency-bound" in err and "add --objective" not in err
+
+
+AUTO_8B = ["map", "llama31_8b_decode", "--set", "batch=1", "--set", "kernels=auto"]
+
+
+def test_auto_mapped_json_is_the_same_bytes_every_run(run_cli, tmp_path):
+    code, first, err = run_cli([*AUTO_8B, "--json", "--out", tmp_path / "a"])
+    assert code == 0, err
+    assert "search_seconds" not in first  # wall time would make every run differ
+    _, second, _ = run_cli([*AUTO_8B, "--json", "--out", tmp_path / "b"])
+    assert first == second
+    assert (tmp_path / "a" / "report.json").read_bytes() == (
+        tmp_path / "b" / "report.json"
+    ).read_bytes()
+
+
+def test_timings_add_the_search_time(run_cli):
+    code, out, err = run_cli([*AUTO_8B, "--json", "--timings"])
+    assert code == 0, err
+    assert json.loads(out)["auto_mapping"]["search_seconds"] >= 0
+    _, text, _ = run_cli(AUTO_8B)
+    assert re.search(r"mappings simulated, \d+\.\d s", " ".join(text.split()))
+
+
+def test_a_decode_report_with_a_fixed_batch_has_its_max_batch(run_cli):
+    code, out, err = run_cli(["map", "llama31_8b_decode", "--json"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["batch"] == 64 and report["max_batch_size"] == 512
+    _, text, _ = run_cli(["map", "llama31_8b_decode"])
+    assert "max batch size (power of two that fits HBM): 512" in text
+    _, prefill, _ = run_cli(["map", "llama31_8b_prefill", "--json"])
+    assert json.loads(prefill)["max_batch_size"] is None  # a prefill graph has no decode batch
+
+
+@pytest.mark.parametrize(
+    "name", ["r1_prefill", "r1_decode", "llama31_8b_prefill", "llama31_8b_decode"]
+)
+def test_a_copied_shipped_mapping_runs(run_cli, mappings_dir, tmp_path, monkeypatch, name):
+    """`cp rdusim/mappings/X.yaml mine.yaml && rdusim map mine.yaml` runs: a shipped mapping
+    names its model by its shipped name, not by a path relative to rdusim's folder."""
+    text = (mappings_dir / f"{name}.yaml").read_text(encoding="utf-8")
+    assert "../" not in text
+    (tmp_path / "mine.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, copied, err = run_cli(["map", "mine.yaml", "--json"])
+    assert code == 0, err
+    _, shipped, _ = run_cli(["map", name, "--json"])
+    assert json.loads(copied)["total_latency_s"] == json.loads(shipped)["total_latency_s"]
+
+
+TINY_SRAM = ["--set", "hardware.socket.pmu_bytes=2e3", "--set", "hardware.socket.sram_bytes=2.08e6"]
+
+
+def test_no_legal_mapping_names_the_op_and_offers_only_fixes_that_are_off(run_cli):
+    # the prefill mapping has SnapStream on: enabling it is no fix
+    code, out, err = run_cli(["map", "llama31_8b_prefill", "--set", "kernels=auto", *TINY_SRAM])
+    assert code == 2, (out, err)
+    assert "kernels: op q_proj of the dense layers fits no kernel" in err
+    assert "2.12 MB of SRAM" in err and "Traceback" not in err
+    fix = err.split("fix:", 1)[1]
+    assert "snapstream" not in fix and "more SRAM" in fix

@@ -131,6 +131,13 @@ def test_too_long_prompts_write_nothing(run_cli, workload: Path, tmp_path: Path)
     ("args", "needles"),
     [
         (["--rate", "0,1"], ["--rate", "'0' is not an arrival rate"]),
+        (["--rate", "1_000"], ["--rate", "'1_000' is not a number", "no underscores"]),
+        (["--rate", "inf"], ["--rate", "'inf' is not a number"]),
+        (["--rate", "nan"], ["--rate", "'nan' is not a number"]),
+        (["--rate", "0x10"], ["--rate", "is not a number"]),
+        (["--rate", "\u0663"], ["--rate", "is not a number"]),
+        (["--rate", "2e6"], ["--rate", "not an arrival rate", "at most 1e+06"]),
+        (["--rate", "1e-308"], ["--rate", "40 requests at rate 1e-308/s", "at least 4e-06/s"]),
         (["--rate", "1,x"], ["--rate", "'x'"]),
         (["--rate", "1,1"], ["--rate", "twice"]),
         (["--rate", "1,2", "--trace", "t.json"], ["--trace", "ask for 2"]),
@@ -140,6 +147,33 @@ def test_too_long_prompts_write_nothing(run_cli, workload: Path, tmp_path: Path)
 )
 def test_option_errors(run_cli, workload: Path, args: list[str], needles: list[str]) -> None:
     assert_user_error(serve(run_cli, workload, *args), *needles)
+
+
+@pytest.mark.parametrize("rate", ["1e3", "1E3", "+1000", "1000.", ".5e4", " 1000 "])
+def test_rates_in_decimal_and_scientific_notation(rate: str) -> None:
+    from rdusim.cli_serve import parse_rate
+
+    assert parse_rate(rate) in (1000.0, 5000.0)
+
+
+DURATION_WORKLOAD = WORKLOAD.replace("requests: 40", "duration_s: 3600")
+
+
+@pytest.mark.parametrize(
+    ("rate", "needles"),
+    [
+        ("1000", ["3,600,000 requests", "more than 1,000,000", "at most 278/s"]),
+        ("1e-308", ["expects 3.6e-305 requests, fewer than one", "at least 0.000278/s"]),
+    ],
+)
+def test_a_rate_bounded_by_the_requests_it_gives(
+    run_cli, tmp_path: Path, rate: str, needles: list[str]
+) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text(DURATION_WORKLOAD, encoding="utf-8")
+    out = tmp_path / "out"
+    assert_user_error(serve(run_cli, path, "--rate", rate, "--out", str(out)), "--rate", *needles)
+    assert not out.exists()
 
 
 def test_rate_with_a_trace(run_cli) -> None:
@@ -162,3 +196,18 @@ def test_help(run_cli) -> None:
     assert code == 0 and "--workload" in out and "--rate" in out
     _, top, _ = run_cli(["--help"])
     assert "serve" in top
+
+
+def test_a_workload_without_slo_runs_with_goodput_not_applicable(
+    run_cli, workload: Path, tmp_path: Path
+) -> None:
+    workload.write_text(WORKLOAD.replace("slo: {ttft_s: 30, tpot_s: 0.2}\n", ""), encoding="utf-8")
+    code, text, err = serve(run_cli, workload)
+    assert code == 0, err
+    assert "goodput         not applicable: the workload sets no slo" in text
+    code, out, err = serve(run_cli, workload, "--json", "--rate", "1,2", "--out", tmp_path / "o")
+    assert code == 0, err
+    for point in json.loads(out)["points"]:
+        assert point["goodput_requests_per_s"] is None and point["settings"]["slo"] is None
+        assert "not applicable" in point["goodput_note"]
+    assert (tmp_path / "o" / "latency_cdf.png").exists()

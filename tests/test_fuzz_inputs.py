@@ -331,9 +331,12 @@ def _model_args_case(rng: random.Random) -> Case:
 
 
 def _mapping_text(mapping: str, model_path: str | None = None) -> str:
+    """A shipped mapping's text (it names its shipped model, so a copy runs anywhere), with its
+    model replaced by `model_path` if given."""
     text = (MAPPINGS_DIR / mapping).read_text(encoding="utf-8")
-    model = MAPPINGS[mapping][0]
-    return text.replace(f"../models/{model}", model_path or str(MODELS_DIR / model))
+    line = f"model: {MAPPINGS[mapping][0].removesuffix('.yaml')}\n"
+    assert line in text, line
+    return text.replace(line, f"model: {model_path}\n") if model_path else text
 
 
 def _map_model_case(rng: random.Random) -> Case:

@@ -54,18 +54,25 @@ def not_even_one(rm: ResolvedMapping, prog: Program) -> InfeasibleError:
             f"{hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}), "
             f"{hbm.capacity / 1e9:.1f} GB usable"
         )
-        fix = "shorten seq_len, enable snapstream, or use more sockets"
+        fix = remedies(rm, "shorten seq_len", "use more sockets")
     return InfeasibleError(problem, file=rm.source.file, key="batch", fix=fix)
 
 
-SMALLER_BATCH = "use a smaller batch (`batch: max` finds the largest that fits), enable snapstream, or shorten seq_len"
+def remedies(rm: ResolvedMapping, *options: str, snapstream_helps: bool = True) -> str:
+    """A fix offering `options` ("a, b, or c"), with "enable snapstream" second when SnapStream
+    is off and would help (a compressed cache is smaller); never when it is already on."""
+    items = list(options)
+    if snapstream_helps and not rm.spec.snapstream.enabled:
+        items.insert(1, "enable snapstream")
+    if len(items) <= 2:
+        return " or ".join(items)
+    return ", ".join(items[:-1]) + f", or {items[-1]}"
 
 
-def does_not_fit(
-    rm: ResolvedMapping, program: Program, fix: str = SMALLER_BATCH
-) -> InfeasibleError:
+def does_not_fit(rm: ResolvedMapping, program: Program, fix: str | None = None) -> InfeasibleError:
     """Why a compiled program overflows HBM: the weights alone (`not_even_one`), or the batch's
-    cache and workspace beside them, with `fix` saying what to change."""
+    cache and workspace beside them, with `fix` saying what to change (by default a smaller
+    batch)."""
     hbm = program.hbm
     if hbm.weights > hbm.capacity:
         return not_even_one(rm, program)
@@ -75,5 +82,8 @@ def does_not_fit(
         f"{hbm.workspace / 1e9:.1f}); {hbm.capacity / 1e9:.1f} GB are usable",
         file=rm.source.file,
         key="batch",
-        fix=fix,
+        fix=fix
+        or remedies(
+            rm, "use a smaller batch (`batch: max` finds the largest that fits)", "shorten seq_len"
+        ),
     )

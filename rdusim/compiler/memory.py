@@ -89,8 +89,8 @@ def check_sram(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> No
             ("kernels", kind, index, "tiling") if index is not None else ()
         )
         raise InfeasibleError(
-            f"kernel {kernel.name!r} needs {kernel.sram_bytes / 1e6:.0f} MB of SRAM per socket, "
-            f"more than the {hw.socket.sram_bytes / 1e6:.0f} MB a socket has",
+            f"kernel {kernel.name!r} needs {kernel.sram_bytes / 1e6:.3g} MB of SRAM per socket, "
+            f"more than the {hw.socket.sram_bytes / 1e6:.3g} MB a socket has",
             key=f"kernels.{kind}[{index}].tiling" if index is not None else None,
             path=path or None,
             fix="use smaller tiles (tiling.tile_tokens, tiling.kv_block), shard wider, "

@@ -112,6 +112,28 @@ def small_batch_split(op: Op, sh: OpSharding, batch: int) -> OpSharding:
     return sh
 
 
+def _valid_degrees(size: int, sockets: int) -> list[int]:
+    """Degrees above 1 that divide both `size` (heads, a split width, experts) and the node's
+    `sockets`: the degrees that shard it."""
+    return [d for d in range(2, sockets + 1) if sockets % d == 0 and size % d == 0]
+
+
+def degree_fix(what: str, size: int, sockets: int) -> str:
+    """How to shard `size` `what` over a node of `sockets`: the degrees that do, or none."""
+    degrees = _valid_degrees(size, sockets)
+    if degrees:
+        listed = ", ".join(str(d) for d in degrees[:-1])
+        listed = f"{listed} or {degrees[-1]}" if listed else str(degrees[0])
+        return (
+            f"use a degree that divides both the {size} {what} and the node's {sockets} "
+            f"sockets: {listed}"
+        )
+    return (
+        f"no degree above 1 divides both the {size} {what} and the node's {sockets} sockets: "
+        "shard this op another way (an override, e.g. dp), or leave it unsharded"
+    )
+
+
 def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
     """The op's own dimension (heads, split width, experts) is checked before the node's socket
     count, so a degree that fits neither names what the op needs."""
@@ -125,7 +147,7 @@ def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
                 raise _error(
                     f"tp: {d} does not divide the {heads} heads of {op.name}{nodes}",
                     sh,
-                    "use a degree that divides the head count (e.g. 8 or 16)",
+                    degree_fix("heads", heads, sockets),
                 )
         a = op.attrs
         if op.tp_mode in (TPMode.COLUMN, TPMode.ROW) and isinstance(a, GemmAttrs):
@@ -134,7 +156,7 @@ def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
                 raise _error(
                     f"tp: {d} does not divide dimension {width} of {op.name}{nodes}",
                     sh,
-                    "use a degree that divides the split dimension",
+                    degree_fix("columns of the split dimension", width, sockets),
                 )
     if sh.strategy == "ep":
         routed = op.routed
@@ -148,7 +170,7 @@ def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
             raise _error(
                 f"ep: {d} does not divide the {routed.experts} experts{nodes}",
                 sh,
-                "use a degree that divides the expert count",
+                degree_fix("experts", routed.experts, sockets),
             )
     if (sh.strategy == "sp" or sh.seq_split > 1) and not is_cached_attention(op):
         sp_path = (*sh.path[:-1], "sp")

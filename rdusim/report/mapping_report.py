@@ -162,7 +162,8 @@ def _auto_lines(r: dict[str, Any], width: int) -> list[str]:
         f"auto-mapping: objective {a['objective']}, batch {a['batch']}, "
         f"{'kernel looping, ' if a['kernel_looping'] else ''}plans ({plans}); "
         f"{a['candidate_kernels_built']} candidate kernels costed in closed form, "
-        f"{a['mappings_simulated']} mappings simulated, {a['search_seconds']:.1f} s"
+        f"{a['mappings_simulated']} mappings simulated"
+        + (f", {a['search_seconds']:.1f} s" if a.get("search_seconds") is not None else "")
     )
     lines = [wrap_text(head, width, subsequent="  ")]
     for kind, bounds in a["boundaries"].items():

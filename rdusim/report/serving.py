@@ -101,9 +101,7 @@ def render_point(doc: Mapping[str, Any]) -> str:
     tail = [
         f"throughput      {doc['throughput_tokens_per_s'] or 0:,.1f} output tokens/s "
         f"({doc['output_tokens']:,} tokens)",
-        f"goodput         {doc['goodput_requests_per_s'] or 0:.4g} requests/s meet TTFT <= "
-        f"{slo['ttft_s']:g} s and TPOT <= {slo['tpot_s']:g} s "
-        f"({100 * (doc['slo_attainment'] or 0):.1f}% of requests)",
+        _goodput_line(doc, slo),
         f"arrivals        {rate:.4g} requests/s measured; {doc['mean_requests_in_system']:.4g} "
         "in the system on average"
         if rate is not None
@@ -111,6 +109,16 @@ def render_point(doc: Mapping[str, Any]) -> str:
         f"slot occupancy  {100 * (occ['mean'] or 0):.1f}% of {occ['slots']} decode slots",
     ]
     return "\n".join([*head, "", lat, "", *tail])
+
+
+def _goodput_line(doc: Mapping[str, Any], slo: Mapping[str, float] | None) -> str:
+    if slo is None:
+        return f"goodput         {doc.get('goodput_note') or 'not applicable: no slo'}"
+    return (
+        f"goodput         {doc['goodput_requests_per_s'] or 0:.4g} requests/s meet TTFT <= "
+        f"{slo['ttft_s']:g} s and TPOT <= {slo['tpot_s']:g} s "
+        f"({100 * (doc['slo_attainment'] or 0):.1f}% of requests)"
+    )
 
 
 def point_label(doc: Mapping[str, Any], with_rate: bool = True) -> str:
@@ -129,7 +137,9 @@ def render_points(docs: Sequence[Mapping[str, Any]]) -> str:
             [
                 point_label(d) or "-",
                 f"{d['throughput_tokens_per_s'] or 0:,.1f}",
-                f"{d['goodput_requests_per_s'] or 0:.4g}",
+                "n/a"
+                if d["settings"]["slo"] is None
+                else f"{d['goodput_requests_per_s'] or 0:.4g}",
                 _s(d["ttft_s"]["p50"]),
                 _s(d["ttft_s"]["p99"]),
                 _s(d["tpot_s"]["p50"]),

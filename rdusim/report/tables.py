@@ -1,20 +1,16 @@
-"""Comparison tables (simulated vs published), CSV/JSON writers, and atomic file output.
+"""Comparison tables (simulated vs published) and CSV/JSON writers.
 
-Everything here turns results into text or bytes; `write_files` is the one place that puts a set of
-outputs on disk, all-or-nothing per file (temporary file, then rename).
+Everything here turns results into text or bytes; `rdusim.outputs.write_files` is the one place
+that puts a set of outputs on disk, all-or-nothing per file (temporary file, then rename).
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rdusim.report.console import seconds, si, table, terminal_width, wrap_text
@@ -420,64 +416,3 @@ def render_sweep(
     headers = [SUMMARY_COLUMNS.get(c, c) if c not in keys else c for c in columns]
     align = "".join("<" if c in keys else ">" for c in columns)
     return table(headers, body, align=align, width=width)
-
-
-# --- files -----------------------------------------------------------------------------------
-
-
-def write_files(files: Mapping[Path, str | bytes]) -> None:
-    """Write every file via a temporary sibling, then rename them all.
-
-    All contents are written to temporaries first, so an error while writing leaves no output
-    half-written (and, before the renames start, none of the outputs changed). Temporaries have
-    unique names, so two runs writing the same directory do not collide. An existing device or
-    pipe (`/dev/null`) is written in place, since a rename would replace it; a symlink keeps
-    pointing where it did.
-    """
-    staged: list[tuple[Path, Path]] = []
-    in_place: list[tuple[Path, bytes]] = []
-    try:
-        for path, data in files.items():
-            raw = data if isinstance(data, bytes) else data.encode("utf-8", "backslashreplace")
-            target = _resolved(path)
-            if target.exists() and not target.is_file():
-                in_place.append((target, raw))
-            else:
-                staged.append((_stage(target, raw), target))
-        for target, raw in in_place:
-            target.write_bytes(raw)
-        for tmp, target in staged:
-            os.replace(tmp, target)
-    except BaseException:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
-        raise
-
-
-def _resolved(path: Path) -> Path:
-    """The file a write should land in: a symlink's target, so the link itself survives."""
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
-
-
-def _stage(target: Path, raw: bytes) -> Path:
-    """A temporary file beside `target` holding `raw`, with the mode `target` will have."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:64]}.", suffix=".tmp")
-    tmp = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-        os.chmod(tmp, _mode_for(target))
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def _mode_for(target: Path) -> int:
-    """An existing file's permissions, or what a plain `open()` would create under the umask."""
-    with contextlib.suppress(OSError):
-        return target.stat().st_mode & 0o7777
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask

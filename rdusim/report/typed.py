@@ -210,7 +210,7 @@ class AutoMappingReport(_Part):
     estimated_layers_s: Num
     candidate_kernels_built: int
     mappings_simulated: int
-    search_seconds: Num
+    search_seconds: Num | None = None  # wall time: only with `rdusim map --timings`
 
 
 class AlternativeReport(_Part):

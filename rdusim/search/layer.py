@@ -192,6 +192,18 @@ class LayerSearch:
             srams.append(c.kernel.sram_bytes)
         return LayerOption(plan, cut, tuple(kvs), tuple(secs), tuple(srams))
 
+    def misfits(self) -> list[tuple[ShardingPlan, str, Refusal]]:
+        """Per sharding plan, the first op that fits no kernel even on its own, and why: what
+        leaves the search no mapping of this layer kind."""
+        out = []
+        for plan in self.builders:
+            for i, name in enumerate(self.order):
+                c, _ = self.best_kernel(plan, i, i + 1)
+                if isinstance(c, Refusal):
+                    out.append((plan, name, c))
+                    break
+        return out
+
     def whole_layer(self, plan: ShardingPlan) -> Candidate | None:
         """The layer as one kernel under `plan` (what kernel looping needs), if it fits."""
         c, _ = self.leanest_kernel(plan, 0, len(self.order))

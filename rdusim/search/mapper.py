@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rdusim.compiler.capacity import does_not_fit, max_batch
+from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
 from rdusim.compiler.compile import (
     compile_context,
     compile_mapping,
@@ -32,7 +32,7 @@ from rdusim.compiler.compile import (
 )
 from rdusim.compiler.program import Program
 from rdusim.errors import InfeasibleError, SpecError
-from rdusim.ir.graph import Phase
+from rdusim.ir.graph import OpKind, Phase
 from rdusim.ir.model import ModelGraphs, build_model
 from rdusim.search.boundaries import Cut
 from rdusim.search.costing import KernelCost, analytic_cost
@@ -88,7 +88,8 @@ class AutoMapping:
         return self.layer_searches[kind].front()
 
     def summary(self) -> dict[str, Any]:
-        """The report's `auto_mapping` section."""
+        """The report's `auto_mapping` section. It holds no wall time, so the same input gives
+        the same report byte for byte (`rdusim map --timings` adds `search_seconds`)."""
         return {
             "objective": self.objective.value,
             "batch": self.batch,
@@ -109,7 +110,6 @@ class AutoMapping:
             "estimated_layers_s": self.chosen.estimate_s,
             "candidate_kernels_built": self.candidates_built,
             "mappings_simulated": self.candidates_simulated,
-            "search_seconds": self.seconds,
         }
 
     def alternatives_json(self) -> list[dict[str, Any]]:
@@ -225,6 +225,9 @@ def _nothing_found(
     failures: list[SpecError],
 ) -> SpecError:
     batches = ", ".join(str(b) for b in tried)
+    unplaced = [f for f in failures if isinstance(f, NoKernelFits)]
+    if unplaced and opts.latency_bound_s is None:
+        return unplaced[-1]  # at the smallest batch tried
     if failures and opts.latency_bound_s is None:
         first = failures[0]  # the best estimate's reason: the one worth fixing first
         return InfeasibleError(
@@ -239,15 +242,53 @@ def _nothing_found(
             f"no mapping meets a step of {opts.latency_bound_s:g} s at any batch ({batches} tried)",
             file=rm.source.file,
             key="--latency-bound",
-            fix="raise the bound, shorten seq_len, or enable snapstream",
+            fix=remedies(rm, "raise the bound", "shorten seq_len"),
         )
     return InfeasibleError(
-        f"no legal mapping found for objective {objective.value} (batch {batches}): every "
-        "candidate kernel of some op overflows a socket",
+        f"no legal mapping found for objective {objective.value} (batch {batches})",
         file=rm.source.file,
         key="kernels",
-        fix="use a node with more sockets, shorten seq_len, or enable snapstream",
+        fix=remedies(rm, "use a node with more sockets", "shorten seq_len"),
     )
+
+
+class NoKernelFits(InfeasibleError):
+    """No cut of a layer kind's ops into kernels fits a socket under any sharding plan."""
+
+
+def _no_kernel(rm: ResolvedMapping, kind: str, search: LayerSearch, batch: int) -> NoKernelFits:
+    """Why the search found no mapping of one layer kind: the op that fits no kernel of one
+    socket even on its own under any sharding plan (or, per plan, the first op that does not),
+    with fixes that would shrink it."""
+    misfits = search.misfits()
+    ops = list(dict.fromkeys(op for _, op, _ in misfits))
+    if len(ops) == 1:
+        why = misfits[0][2]
+        problem = (
+            f"op {ops[0]} of the {kind} layers fits no kernel on one socket under any sharding "
+            f"plan (batch {batch}; {why.limit.value}: {why.detail})"
+        )
+    elif misfits:
+        per_plan = "; ".join(
+            f"{plan.label}: {op} ({why.limit.value}: {why.detail})" for plan, op, why in misfits[:3]
+        )
+        problem = (
+            f"no sharding plan fits every op of the {kind} layers in a kernel on one socket "
+            f"(batch {batch}): {per_plan}"
+        )
+    else:
+        problem = f"no cut of the {kind} layers' ops into kernels fits a socket (batch {batch})"
+    ops_by_name = {op.name: op for op in search.graph}
+    long_context = any(
+        ops_by_name[op].kind == OpKind.ATTENTION or ops_by_name[op].read is not None for op in ops
+    )
+    options = ["use a smaller batch"] if batch > 1 else []
+    options += ["shorten seq_len"] if long_context else []
+    options += ["use a node with more sockets (smaller shards)"]
+    if any(why.limit.value == "SRAM" for _, _, why in misfits):
+        options.append("use hardware with more SRAM per socket")
+    fix = remedies(rm, *options, snapstream_helps=rm.spec.phase == "decode")
+    return NoKernelFits(problem, file=rm.source.file, key="kernels", fix=fix)
 
 
 def _weights(rm: ResolvedMapping, graphs: ModelGraphs) -> tuple[dict[str, int], dict[str, int]]:
@@ -283,6 +324,7 @@ def _search_at(
         search = LayerSearch(graph, kind, wl, ctx, cost, spec.orchestration)
         found = [o for o in search.options(opts.options_per_layer) if math.isfinite(o.layer_s)]
         if not found:
+            failures.append(_no_kernel(rm, kind, search, batch))
             return None
         searches[kind] = search
         layer_options[kind] = found

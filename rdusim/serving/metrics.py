@@ -11,7 +11,8 @@ Over the run, whose window runs from the first arrival to the last completion (`
 
 * `throughput_tokens_per_s`: output tokens / duration;
 * `goodput_requests_per_s`: requests meeting both SLOs (TTFT and TPOT at or under the
-  objective) / duration (DistServe's goodput, Zhong et al. 2024);
+  objective) / duration (DistServe's goodput, Zhong et al. 2024); with no `slo:` in the workload
+  it and `slo_attainment` are null and `goodput_note` says why (`NO_SLO`);
 * `mean_requests_in_system`: the time average of the number of requests that have arrived and
   not completed, integrated over the window from the arrival and completion events (Little's law
   says it equals arrival rate x mean end-to-end latency in a stationary run);
@@ -37,6 +38,7 @@ from rdusim.serving.engine import EngineResult, RequestRecord
 from rdusim.spec.workload import SloSpec
 
 SIGNIFICANT = 6
+NO_SLO = "not applicable: the workload sets no slo (e.g. slo: {ttft_s: 30, tpot_s: 0.2})"
 TIMELINE_POINTS = 200
 PERCENTILES = (50, 90, 99)
 
@@ -134,8 +136,9 @@ def _spread(area: np.ndarray, edges: np.ndarray, t0: float, t1: float, value: in
             area[i] += value * overlap
 
 
-def summary(result: EngineResult, slo: SloSpec) -> dict[str, Any]:
-    """The run's metrics, with the JSON keys `rdusim serve` reports."""
+def summary(result: EngineResult, slo: SloSpec | None) -> dict[str, Any]:
+    """The run's metrics, with the JSON keys `rdusim serve` reports (no goodput without an
+    `slo`)."""
     records = result.records
     done = [r for r in records if r.completions == 1]
     start = min(r.arrival_s for r in records)
@@ -144,12 +147,18 @@ def summary(result: EngineResult, slo: SloSpec) -> dict[str, Any]:
     tokens = sum(generated_tokens(r, result.shape.tokens_per_step) for r in done)
     arrivals = sorted(r.arrival_s for r in records)
     arrival_span = arrivals[-1] - arrivals[0]
-    good = sum(meets_slo(r, slo) for r in done)
+    good = sum(meets_slo(r, slo) for r in done) if slo is not None else 0
     tpots = [t for r in done if (t := r.tpot_s) is not None]
 
     def per_s(x: float) -> float | None:
         return rounded(x / duration) if duration > 0 else None
 
+    goodput: dict[str, Any] = {
+        "goodput_requests_per_s": per_s(good),
+        "slo_attainment": rounded(good / len(done)) if done else None,
+    }
+    if slo is None:
+        goodput = {"goodput_requests_per_s": None, "slo_attainment": None, "goodput_note": NO_SLO}
     return {
         "requests": len(records),
         "completed": len(done),
@@ -159,8 +168,7 @@ def summary(result: EngineResult, slo: SloSpec) -> dict[str, Any]:
         "tpot_s": stats(tpots),
         "e2e_s": stats([r.e2e_s for r in done]),
         "throughput_tokens_per_s": per_s(tokens),
-        "goodput_requests_per_s": per_s(good),
-        "slo_attainment": rounded(good / len(done)) if done else None,
+        **goodput,
         "mean_requests_in_system": rounded(time_average_in_system(done, start, end)),
         "arrival_rate": rounded((len(arrivals) - 1) / arrival_span) if arrival_span > 0 else None,
         "slot_occupancy": occupancy(result, start, end),

@@ -33,7 +33,7 @@ from rdusim.spec.workload import (
     DeploymentMode,
     DeploymentSpec,
     ResolvedWorkload,
-    check_expected_requests,
+    request_count_problem,
 )
 
 
@@ -100,12 +100,11 @@ def workload_requests(workload: ResolvedWorkload, rate: float | None) -> list[Re
                 key="--rate",
                 fix="drop --rate, or use arrival: {process: poisson, rate: ...}",
             )
-        try:
-            check_expected_requests(rate, spec.duration_s)
-        except ValueError as exc:
+        problem = request_count_problem(rate, spec.duration_s, spec.requests)
+        if problem is not None:
             raise SpecError(
-                str(exc), key="--rate", fix="use a lower rate or a shorter duration_s"
-            ) from None
+                f"{problem.problem} (workload {workload.file})", key="--rate", fix=problem.fix
+            )
     requests = requests_of(workload, rate)
     if not requests:
         raise workload.error(
@@ -168,7 +167,7 @@ def point_document(
             "rate": point.rate if point.rate is not None else spec.arrival.rate,
             "seed": spec.seed,
             "workload": spec.name,
-            "slo": {"ttft_s": spec.slo.ttft_s, "tpot_s": spec.slo.tpot_s},
+            "slo": ({"ttft_s": spec.slo.ttft_s, "tpot_s": spec.slo.tpot_s} if spec.slo else None),
         },
         "deployment": deployment,
         "graphs": {

@@ -8,12 +8,10 @@ value would make a model rdusim cannot build exactly is refused with the key nam
 never silently another one. rdusim adds one optional section of its own, `dtypes`, because
 precision decides what fits in HBM; its defaults are documented on `Dtypes`.
 
-Keys ignored on purpose, because they leave every shape and cost unchanged: `rope_theta` and
-`rope_scaling` (they set RoPE's rotation angles, which are tables indexed by position; the rotary
-op is the same multiply-add per element whatever the angles, and YaRN's attention factor folds
-into them), `rms_norm_eps`, `initializer_range`, token ids, `torch_dtype` (`dtypes` decides
-precision), dropout, `pretraining_tp`, router-loss and other training-only keys, and
-`norm_topk_prob` (renormalising k router weights is noise next to the router's cost).
+Any other key is an error with the nearest known key suggested (a misspelt
+`num_key_value_heads` would otherwise make a different model), except the keys listed in
+`IGNORED_KEYS` (and a family's `ignored_keys`): keys that leave every shape and cost unchanged.
+README.md lists the same keys, and a test keeps the two lists equal.
 
 Every size has an upper limit (`LIMITS`), several times the largest published model's, so that no
 model file can make a run take unbounded time or memory; an error names the key and its limit.
@@ -32,7 +30,14 @@ from pydantic_core import PydanticCustomError
 
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.catalog import resolve_model
-from rdusim.spec.yamlio import line_of, read_document, reject_bools, to_plain, validate
+from rdusim.spec.yamlio import (
+    did_you_mean,
+    line_of,
+    read_document,
+    reject_bools,
+    to_plain,
+    validate,
+)
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,
@@ -79,6 +84,48 @@ LIMITS: dict[str, int] = {
 }
 
 
+# Keys of Hugging Face config.json files that rdusim accepts and ignores because they change no
+# shape or cost, grouped by why. README.md ("Model files") lists the same groups.
+IGNORED_KEY_GROUPS: dict[str, tuple[str, ...]] = {
+    "name the code and version that load the checkpoint": (
+        "architectures",
+        "auto_map",
+        "transformers_version",
+        "_name_or_path",
+    ),
+    "token ids": ("bos_token_id", "eos_token_id", "pad_token_id"),
+    "set RoPE's rotation angles, tables indexed by position; the rotary op is the same "
+    "multiply-add per element whatever the angles, and YaRN's attention factor folds into them": (
+        "rope_theta",
+        "rope_scaling",
+        "rope_interleave",
+    ),
+    "the checkpoint's storage precision; `dtypes` decides precision": ("torch_dtype", "dtype"),
+    "numerics that cost nothing extra: a norm's epsilon, a constant scale of the routed experts' "
+    "sum, renormalising k router weights": (
+        "rms_norm_eps",
+        "routed_scaling_factor",
+        "norm_topk_prob",
+    ),
+    "training only: initialisation, dropout, router losses and noise, tensor-parallel "
+    "pretraining": (
+        "initializer_range",
+        "attention_dropout",
+        "router_aux_loss_coef",
+        "output_router_logits",
+        "router_jitter_noise",
+        "aux_loss_alpha",
+        "seq_aux",
+        "pretraining_tp",
+    ),
+    "runtime settings of the reference code: the generation cache, its expert-parallel size": (
+        "use_cache",
+        "ep_size",
+    ),
+}
+IGNORED_KEYS: frozenset[str] = frozenset(k for keys in IGNORED_KEY_GROUPS.values() for k in keys)
+
+
 def _size(name: str, default: Any = ..., *, least: int = 1) -> Any:
     """A whole number from `least` to `LIMITS[name]` (required unless a default is given)."""
     return Field(default=default, ge=least, le=LIMITS[name])
@@ -123,6 +170,9 @@ class ModelConfig(BaseModel):
     """The keys every family shares; a family's class adds its own and its layer kinds."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
+    # Keys this family accepts and ignores besides `IGNORED_KEYS`, and why (README lists them).
+    ignored_keys: ClassVar[dict[str, str]] = {}
+
     model_type: str
     name: str = ""
     hidden_size: int = _size("hidden_size")
@@ -135,6 +185,17 @@ class ModelConfig(BaseModel):
     max_position_embeddings: int = _size("max_position_embeddings", 131072)
     hidden_act: str = "silu"
     dtypes: Dtypes = Field(default_factory=Dtypes)
+    # A checkpoint's quantization scheme: accepted when `dtypes` says the precision (see
+    # `unmodelled`), since rdusim takes precision from `dtypes` alone.
+    quantization_config: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        """Refuse every key the family neither reads nor lists as changing nothing."""
+        if isinstance(data, dict):
+            _raise_all(unknown_model_keys(cls, data))
+        return data
 
     @field_validator("*", mode="before")
     @classmethod
@@ -148,29 +209,43 @@ class ModelConfig(BaseModel):
     @model_validator(mode="after")
     def _modelled(self) -> ModelConfig:
         """Refuse, key by key, values that would describe a model rdusim cannot build."""
-        errors = self.unmodelled()
-        if len(errors) == 1:
-            raise errors[0]
-        if errors:
-            raise SpecErrors(errors)
+        _raise_all(self.unmodelled())
         return self
 
     def unmodelled(self) -> list[SpecError]:
         """Problems with keys whose values rdusim cannot model exactly.
 
         `hidden_act` must be `silu`: every family here has a SwiGLU FFN, and another activation
-        would cost differently.
+        would cost differently. A `quantization_config` is accepted when the weights' precision
+        it implies is the one rdusim uses: `dtypes.weights` given explicitly, or FP8 where the
+        family's default is FP8 (DeepSeek-V3's published checkpoint).
         """
-        if self.hidden_act == "silu":
-            return []
-        return [
-            SpecError(
-                f"hidden_act {self.hidden_act!r} is not modelled: rdusim builds SwiGLU FFNs "
-                "(SiLU(gate) * up)",
-                key="hidden_act",
-                fix="use a model whose hidden_act is silu",
+        out = []
+        if self.hidden_act != "silu":
+            out.append(
+                SpecError(
+                    f"hidden_act {self.hidden_act!r} is not modelled: rdusim builds SwiGLU FFNs "
+                    "(SiLU(gate) * up)",
+                    key="hidden_act",
+                    fix="use a model whose hidden_act is silu",
+                )
             )
-        ]
+        quant = self.quantization_config
+        if quant is not None and self.dtypes.weights is None:
+            method = quant.get("quant_method")
+            if not (method == "fp8" and self.default_weight_dtype == "fp8"):
+                out.append(
+                    SpecError(
+                        f"quantization_config (quant_method {method!r}) is not read: rdusim "
+                        f"takes the weights' precision from dtypes.weights, which defaults to "
+                        f"{self.default_weight_dtype} for {self.model_type}",
+                        key="quantization_config",
+                        fix="set dtypes.weights to the checkpoint's weight precision (e.g. "
+                        "dtypes: {weights: int4} for a 4-bit checkpoint); quantization_config "
+                        "is then ignored",
+                    )
+                )
+        return out
 
     def bytes_of(self, which: str) -> float:
         dt = getattr(self.dtypes, which)
@@ -185,6 +260,59 @@ class ModelConfig(BaseModel):
     def layer_kind(self, index: int) -> str:
         """The kind ('dense' | 'moe') of decoder layer `index`."""
         return "dense"
+
+
+def _raise_all(errors: list[SpecError]) -> None:
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise SpecErrors(errors)
+
+
+def family_name(cls: type[ModelConfig]) -> str:
+    """The `model_type` a config class is registered under (its class name if none)."""
+    args = get_args(cls.model_fields["model_type"].annotation)
+    return str(args[0]) if len(args) == 1 else cls.__name__
+
+
+def accepted_keys(cls: type[ModelConfig]) -> set[str]:
+    """Every top-level key a model file of this family may hold."""
+    return set(cls.model_fields) | IGNORED_KEYS | set(cls.ignored_keys)
+
+
+def unknown_model_keys(cls: type[ModelConfig], data: dict[str, Any]) -> list[SpecError]:
+    """One error per key of `data` (and of its `dtypes` section) that `cls` does not accept,
+    with the nearest accepted key suggested."""
+    errors = []
+    fields = sorted(cls.model_fields)
+    accepted = accepted_keys(cls)
+    for key in data:
+        if key in accepted:
+            continue
+        suggestion = did_you_mean(str(key), accepted)
+        listed = "" if suggestion else f"; a {family_name(cls)} model reads: {', '.join(fields)}"
+        errors.append(
+            SpecError(
+                f"unknown key: {family_name(cls)} reads no such key, and rdusim ignores only "
+                "the keys listed as changing nothing (README.md, Model files)",
+                key=str(key),
+                fix=suggestion + f"remove the key or check its spelling{listed}",
+            )
+        )
+    dtypes = data.get("dtypes")
+    if isinstance(dtypes, dict):
+        for key in dtypes:
+            if key not in Dtypes.model_fields:
+                errors.append(
+                    SpecError(
+                        f"unknown key {key!r} in dtypes",
+                        key=f"dtypes.{key}",
+                        fix=did_you_mean(str(key), Dtypes.model_fields)
+                        + "remove the key or check its spelling; dtypes takes: "
+                        + ", ".join(Dtypes.model_fields),
+                    )
+                )
+    return errors
 
 
 M = TypeVar("M", bound=ModelConfig)
@@ -235,6 +363,21 @@ class DeepSeekV3Config(ModelConfig):
     v_head_dim: int = _size("v_head_dim")
     num_nextn_predict_layers: int = _size("num_nextn_predict_layers", 0, least=0)
     scoring_func: Literal["sigmoid", "softmax"] = "sigmoid"
+    # The bias-corrected group-limited top-k that `router_topk` models (DeepSeek-V3's only one).
+    topk_method: Literal["noaux_tc"] = "noaux_tc"
+    attention_bias: bool = False
+
+    def unmodelled(self) -> list[SpecError]:
+        out = super().unmodelled()
+        if self.attention_bias:
+            out.append(
+                SpecError(
+                    "attention_bias: true (biases on the MLA projections) is not modelled",
+                    key="attention_bias",
+                    fix="set attention_bias: false, as DeepSeek-V3 and R1 are published",
+                )
+            )
+        return out
 
     @property
     def default_weight_dtype(self) -> str:
@@ -342,7 +485,29 @@ class GQAConfig(ModelConfig):
         return v
 
     def unmodelled(self) -> list[SpecError]:
-        return [*super().unmodelled(), *self._bias_problems(), *self._layer_type_problems()]
+        return [
+            *super().unmodelled(),
+            *self._head_dim_problems(),
+            *self._bias_problems(),
+            *self._layer_type_problems(),
+        ]
+
+    def _head_dim_problems(self) -> list[SpecError]:
+        """Without `head_dim` each head is hidden_size / num_attention_heads wide, which must be
+        whole (transformers would truncate it and build another model)."""
+        hidden, heads = self.hidden_size, self.num_attention_heads
+        if self.head_dim is not None or hidden % heads == 0:
+            return []
+        return [
+            SpecError(
+                f"hidden_size = {hidden} is not a multiple of num_attention_heads = {heads} "
+                f"({hidden} / {heads} = {hidden / heads:.4g}), and no head_dim gives each "
+                "head's width",
+                key="num_attention_heads",
+                fix=f"set head_dim (hidden_size // num_attention_heads would truncate it to "
+                f"{hidden // heads}), or use a head count that divides {hidden}",
+            )
+        ]
 
     def _bias_problems(self) -> list[SpecError]:
         """`attention_bias` / `mlp_bias` where the family does not read them: accepted only when
@@ -425,6 +590,10 @@ class GQAConfig(ModelConfig):
 class _QwenWindow(GQAConfig):
     """The Qwen families' sliding-window keys: off unless `use_sliding_window` is true."""
 
+    ignored_keys: ClassVar[dict[str, str]] = {
+        "sliding_window": "read only when use_sliding_window is true, which is refused",
+        "max_window_layers": "read only when use_sliding_window is true, which is refused",
+    }
     use_sliding_window: bool = False
 
     def unmodelled(self) -> list[SpecError]:

@@ -23,6 +23,7 @@ This module only describes and checks; `rdusim.serving.arrivals` draws the reque
 from __future__ import annotations
 
 import json
+import math
 import typing
 from dataclasses import dataclass
 from enum import StrEnum
@@ -46,7 +47,9 @@ from rdusim.spec.yamlio import (
     validate,
 )
 
-MAX_REQUESTS = 10_000_000  # a run of this many requests takes minutes, not days
+# A run of this many requests takes a few minutes and a few hundred MB (10,000 take about a
+# second); more is refused with the count a workload would expand to.
+MAX_REQUESTS = 1_000_000
 MAX_TOKENS = 1 << 24  # 16M tokens, the mapping spec's limit on a sequence
 MAX_DURATION_S = 1e7  # about four months of simulated time
 MAX_RATE = 1e6  # requests per second
@@ -265,7 +268,7 @@ class WorkloadSpec(Strict):
     arrival: ArrivalSpec
     prompt_tokens: LengthSpec | None = None
     output_tokens: LengthSpec | None = None
-    slo: SloSpec
+    slo: SloSpec | None = None  # none: goodput is not applicable (reported as null, with why)
     deployment: DeploymentSpec = Field(default_factory=DeploymentSpec)
 
     @model_validator(mode="after")
@@ -290,17 +293,54 @@ class WorkloadSpec(Strict):
                 raise ValueError(
                     "give either requests (how many) or duration_s (how long they arrive for)"
                 )
-        check_expected_requests(self.arrival.rate, self.duration_s)
         return self
 
 
-def check_expected_requests(rate: float | None, duration_s: float | None) -> None:
-    """Refuse a rate and arrival window whose expected request count is beyond the limit."""
-    if rate is not None and duration_s is not None and rate * duration_s > MAX_REQUESTS:
-        raise ValueError(
-            f"rate x duration_s = {rate * duration_s:.3g} requests expected, more than "
-            f"{MAX_REQUESTS}, rdusim's limit"
+@dataclass(frozen=True)
+class RateProblem:
+    """Why an arrival rate cannot drive a workload: the problem, its fix, and the workload key
+    that sets the count (`duration_s`, or `arrival.rate` for a number of requests)."""
+
+    problem: str
+    fix: str
+    key: tuple[str, ...]
+
+
+def request_count_problem(
+    rate: float | None, duration_s: float | None, requests: int | None
+) -> RateProblem | None:
+    """Why `rate` cannot drive a workload of `requests` requests or a window of `duration_s`
+    seconds; None when it can. The expected count of a window must be at least one
+    request and at most `MAX_REQUESTS`; a number of requests must arrive within
+    `MAX_DURATION_S`, or their arrival times would not be finite numbers."""
+    if rate is None:
+        return None
+    if duration_s is not None:
+        expected = rate * duration_s
+        if expected > MAX_REQUESTS:
+            return RateProblem(
+                f"rate {rate:g}/s x duration_s {duration_s:g} s would draw about "
+                f"{expected:,.0f} requests, more than {MAX_REQUESTS:,}, rdusim's limit",
+                f"use a rate of at most {MAX_REQUESTS / duration_s:.3g}/s or a shorter duration_s",
+                ("duration_s",),
+            )
+        if expected < 1:
+            return RateProblem(
+                f"rate {rate:g}/s x duration_s {duration_s:g} s expects {expected:.3g} requests, "
+                "fewer than one",
+                f"use a rate of at least {1 / duration_s:.3g}/s or a longer duration_s",
+                ("duration_s",),
+            )
+    if requests is not None and requests / rate > MAX_DURATION_S:
+        span = requests / rate
+        over = f"about {span:.3g} s" if math.isfinite(span) else "more seconds than a float holds"
+        return RateProblem(
+            f"{requests:,} requests at rate {rate:g}/s would arrive over {over}, more than "
+            f"{MAX_DURATION_S:g} s (about four months), rdusim's limit on simulated time",
+            f"use a rate of at least {requests / MAX_DURATION_S:.3g}/s or fewer requests",
+            ("arrival", "rate"),
         )
+    return None
 
 
 class TraceRecord(Strict):
@@ -445,6 +485,9 @@ def _resolved(doc: Any, file: str) -> ResolvedWorkload:
     _raise(unknown_keys(data, WorkloadSpec, file=file, doc=doc))
     spec = validate(WorkloadSpec, data, file=file, doc=doc)
     resolved = ResolvedWorkload(spec, file, doc)
+    rate = request_count_problem(spec.arrival.rate, spec.duration_s, spec.requests)
+    if rate is not None:
+        raise resolved.error(rate.problem, rate.key, rate.fix)
     if spec.arrival.file is not None:
         trace_path = _trace_path(resolved, spec.arrival.file)
         resolved = ResolvedWorkload(spec, file, doc, read_trace(trace_path))

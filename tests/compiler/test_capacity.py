@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rdusim.compiler.capacity import max_batch
+from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
 from rdusim.compiler.compile import compile_mapping
 from rdusim.errors import InfeasibleError
 from rdusim.spec.mapping import load_mapping
@@ -76,3 +76,23 @@ def test_not_even_batch_one_fits_is_a_user_error(mappings_dir: Path) -> None:
         max_batch(small)
     assert info.value.key == "batch"
     assert "not even batch 1 fits" in str(info.value) and "KV cache" in str(info.value)
+    assert "enable snapstream" in (info.value.fix or "")  # it is off here
+
+
+@pytest.mark.parametrize("snapstream", [True, False])
+def test_fixes_offer_snapstream_only_where_it_is_off(mappings_dir: Path, snapstream: bool) -> None:
+    rm = load_mapping(mappings_dir / "r1_decode.yaml", [f"snapstream.enabled={snapstream}"])
+    fix = remedies(rm, "use a smaller batch", "shorten seq_len")
+    assert ("enable snapstream" in fix) is not snapstream
+    program = compile_mapping(rm, batch=4096)
+    assert ("enable snapstream" in (does_not_fit(rm, program).fix or "")) is not snapstream
+
+
+def test_remedies_joins_the_options(mappings_dir: Path) -> None:
+    on = load_mapping(mappings_dir / "r1_decode.yaml")
+    assert remedies(on, "a", "b", "c") == "a, b, or c"
+    assert remedies(on, "a", "b") == "a or b"
+    assert remedies(on, "a", "b", snapstream_helps=False) == "a or b"
+    off = load_mapping(mappings_dir / "r1_decode.yaml", ["snapstream.enabled=false"])
+    assert remedies(off, "a", "b") == "a, enable snapstream, or b"
+    assert remedies(off, "a", "b", snapstream_helps=False) == "a or b"

@@ -208,7 +208,6 @@ def test_zipf_routing_from_the_mapping():
 
 def test_histogram_routing_from_the_mapping(tmp_path):
     text = (MAPPINGS / "r1_decode.yaml").read_text(encoding="utf-8")
-    text = text.replace("../models/", f"{REPO / 'models'}/")
     text += "moe:\n  routing: {distribution: histogram, file: loads.txt}\n"
     (tmp_path / "loads.txt").write_text("\n".join(str(i + 1) for i in range(E)), encoding="utf-8")
     path = tmp_path / "histogram.yaml"
@@ -224,7 +223,6 @@ def test_histogram_routing_from_the_mapping(tmp_path):
 def ep_mapping(tmp_path_factory) -> Path:
     """r1_decode.yaml with the routed experts of the MoE layers expert-parallel over 16 sockets."""
     text = (MAPPINGS / "r1_decode.yaml").read_text(encoding="utf-8")
-    text = text.replace("../models/", f"{REPO / 'models'}/")
     ffn = '      ops: ["shared_*", "experts_*", ffn_residual]\n      sharding: {tp: 16}\n'
     assert text.count(ffn) == 1
     text = text.replace(ffn, ffn + '      overrides:\n        "experts_*": {ep: 16}\n')

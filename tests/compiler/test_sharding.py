@@ -18,7 +18,13 @@ from rdusim.compiler.collectives import Topology
 from rdusim.compiler.compile import CompileContext, build_kernels, compile_mapping, workload_for
 from rdusim.compiler.fusion import fuse
 from rdusim.compiler.program import Layout
-from rdusim.compiler.sharding import ShardContext, cache_share, resolve_sharding, shard
+from rdusim.compiler.sharding import (
+    ShardContext,
+    cache_share,
+    degree_fix,
+    resolve_sharding,
+    shard,
+)
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
 from rdusim.ir.builders import deepseek, llama
@@ -367,7 +373,42 @@ def test_tp_that_does_not_divide_the_heads(r1):
     err = shard_error(g, "moe", wl, True, overrides={"attention": {"tp": 7}})
     assert "7" in err.problem and "heads" in err.problem and "128" in err.problem
     assert err.key == "kernels.moe[0].overrides.attention.tp"
-    assert err.fix
+    assert err.fix and err.fix.endswith("2, 4, 8 or 16")
+
+
+def test_a_degree_that_divides_no_head_count_lists_the_ones_that_do(tmp_path):
+    # Qwen2-7B has 28 heads: neither 8 nor 16 divides them
+    text = (REPO / "mappings" / "llama31_8b_prefill.yaml").read_text(encoding="utf-8")
+    config = REPO / "tests" / "fixtures" / "configs" / "qwen2-7b.json"
+    path = tmp_path / "qwen.yaml"
+    path.write_text(text.replace("model: llama-3.1-8b\n", f"model: {config}\n"), encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        compile_mapping(load_mapping(path))
+    err = info.value
+    assert "28 heads" in err.problem and err.key and err.key.endswith("sharding.tp")
+    assert (
+        err.fix == "use a degree that divides both the 28 heads and the node's 16 sockets: 2 or 4"
+    )
+
+
+@pytest.mark.parametrize(
+    ("what", "size", "sockets", "listed"),
+    [
+        ("heads", 28, 16, ": 2 or 4"),
+        ("heads", 128, 16, ": 2, 4, 8 or 16"),
+        ("experts", 60, 8, ": 2 or 4"),
+        ("heads", 40, 16, ": 2, 4 or 8"),
+        ("heads", 6, 8, ": 2"),
+    ],
+)
+def test_degree_fix_lists_the_degrees_that_shard(what, size, sockets, listed):
+    fix = degree_fix(what, size, sockets)
+    assert fix.endswith(listed) and f"{size} {what}" in fix and f"{sockets} sockets" in fix
+
+
+def test_degree_fix_when_no_degree_shards():
+    fix = degree_fix("heads", 7, 16)
+    assert fix.startswith("no degree above 1 divides both the 7 heads")
 
 
 def test_degree_beyond_the_node(r1):
@@ -411,7 +452,6 @@ def test_sp_on_prefill_attention_is_refused(r1):
 
 def test_sp_on_a_non_attention_op_is_located_in_the_mapping(tmp_path):
     text = (REPO / "mappings" / "r1_decode.yaml").read_text(encoding="utf-8")
-    text = text.replace("../models/", f"{REPO / 'models'}/")
     old = "        q_absorb: {dp: 16}\n"
     assert text.count(old) == 2
     text = text.replace(old, "        q_absorb: {sp: 16}\n", 1)

@@ -129,7 +129,7 @@ def _decode(runs: _Runs, name: str) -> Metrics:
         out[f"{prefix}.throughput_tokens_per_s"] = float(report["throughput_tokens_per_s"])
         out[f"{prefix}.tokens_per_step"] = float(report["tokens_per_step"])
         out[f"{prefix}.hbm_traffic_bytes"] = float(report["traffic_bytes"]["hbm"])
-        if report["max_batch_size"] is not None:
+        if point == "batch_max":
             out[f"{prefix}.max_batch"] = int(report["max_batch_size"])
     return out
 

@@ -92,3 +92,18 @@ def test_figures_render(docs: list[dict]) -> None:
         "snapstream.enabled=true",
         "snapstream.enabled=false",
     ]
+
+
+def test_without_slo_goodput_is_not_applicable(tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(WORKLOAD.replace("slo: {ttft_s: 1.5, tpot_s: 0.5}\n", ""), encoding="utf-8")
+    wl = load_workload(path)
+    assert wl.spec.slo is None
+    result = run(requests((0.0, 10, 3), (0.5, 10, 1)), shape(2), disaggregated())
+    doc = point_document(ServePoint(), wl, result, summary(result, wl.spec.slo))
+    assert doc["settings"]["slo"] is None and doc["goodput_requests_per_s"] is None
+    assert "goodput         not applicable: the workload sets no slo" in render_point(doc)
+    row = render_points([doc, doc]).splitlines()[-1]
+    assert "n/a" in row
+    fig = latency_cdf_figure({"a": {"ttft_s": [1.0], "tpot_s": [0.1], "e2e_s": [2.0]}}, None)
+    assert figure_bytes(fig, "png").startswith(b"\x89PNG")

@@ -1,4 +1,4 @@
-"""Comparison tables, CSV/JSON writers, calibration YAML patching and atomic output."""
+"""Comparison tables, CSV/JSON writers and calibration YAML patching."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from rdusim.report.tables import (
     render_params,
     render_sweep,
     to_csv,
-    write_files,
 )
 from rdusim.spec.hardware import load_hardware, preset_path
 from rdusim.validation.cells import Cell
@@ -243,18 +242,6 @@ def test_patch_shipped_preset_keeps_every_comment(tmp_path: Path) -> None:
     path = tmp_path / "hw.yaml"
     path.write_text(out, encoding="utf-8")
     assert load_hardware(path).calibration.attention_efficiency == 0.5
-
-
-def test_write_files_all_or_nothing(tmp_path: Path) -> None:
-    write_files({tmp_path / "a" / "x.txt": "x", tmp_path / "y.bin": b"\x00\x01"})
-    assert (tmp_path / "a" / "x.txt").read_text() == "x"
-    assert (tmp_path / "y.bin").read_bytes() == b"\x00\x01"
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    with pytest.raises(OSError):
-        write_files({tmp_path / "new.txt": "n", blocker / "sub" / "z.txt": "z"})
-    assert not (tmp_path / "new.txt").exists()
-    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
 
 
 def test_render_sweep() -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from rdusim.serving.arrivals import Request
 from rdusim.serving.metrics import (
+    NO_SLO,
     generated_tokens,
     rounded,
     stats,
@@ -78,6 +79,17 @@ def test_summary_of_the_hand_schedule() -> None:
     # requests in system: sojourns 3.2 + 1.6 + 2.8 over 3.4 s
     assert m["mean_requests_in_system"] == close(rounded(7.6 / 3.4))
     assert m["arrival_rate"] == close(rounded(2 / 0.6))
+
+
+def test_summary_without_slo_has_no_goodput_and_says_why() -> None:
+    result = run(THREE, shape(2), colocated())
+    m = summary(result, None)
+    assert m["goodput_requests_per_s"] is None and m["slo_attainment"] is None
+    assert m["goodput_note"] == NO_SLO and "not applicable" in NO_SLO
+    assert (
+        m["throughput_tokens_per_s"]
+        == summary(result, SloSpec(ttft_s=1, tpot_s=1))["throughput_tokens_per_s"]
+    )
 
 
 def test_time_average_in_system_by_hand() -> None:

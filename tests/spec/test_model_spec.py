@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.model import (
     DTYPE_BYTES,
     FAMILIES,
+    IGNORED_KEYS,
     LIMITS,
     DeepSeekV3Config,
     Dtypes,
@@ -25,6 +27,7 @@ from rdusim.spec.model import (
     Qwen2MoeConfig,
     Qwen3Config,
     Qwen3MoeConfig,
+    accepted_keys,
     load_model_config,
 )
 from rdusim.spec.yamlio import validate
@@ -284,7 +287,7 @@ def test_hf_deepseek_config_json_matches_shipped_r1(tmp_path, r1):
     path.write_text(json.dumps(HF_DEEPSEEK_V3, indent=2), encoding="utf-8")
     cfg = load_model_config(path)
     assert isinstance(cfg, DeepSeekV3Config)
-    skip = {"name", "dtypes", "max_position_embeddings"}
+    skip = {"name", "dtypes", "max_position_embeddings", "quantization_config"}
     for field in DeepSeekV3Config.model_fields:
         if field not in skip:
             assert getattr(cfg, field) == getattr(r1, field), field
@@ -406,11 +409,133 @@ def test_llama_heads_must_divide_into_kv_groups(edit_spec, model_file):
     assert exc.value.line == spec.line("num_key_value_heads")
 
 
-def test_unknown_top_level_keys_are_ignored_for_hf_compatibility(tmp_path):
+@pytest.mark.parametrize("suffix", ["yaml", "json"])
+def test_misspelt_key_is_refused_with_did_you_mean(tmp_path, model_file, suffix):
+    # `num_key_value_head` used to be ignored, silently making Llama-3.1-8B full MHA
+    if suffix == "yaml":
+        text = model_file("llama-3.1-8b").read_text(encoding="utf-8")
+        text = text.replace("num_key_value_heads:", "num_key_value_head:")
+    else:
+        data = dict(HF_LLAMA_31_8B)
+        data["num_key_value_head"] = data.pop("num_key_value_heads")
+        text = json.dumps(data, indent=2)
+    path = tmp_path / f"model.{suffix}"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    err = exc.value
+    assert (err.file, err.key) == (str(path), "num_key_value_head")
+    assert "num_key_value_head" in path.read_text(encoding="utf-8").splitlines()[err.line - 1]
+    assert "did you mean 'num_key_value_heads'?" in (err.fix or "")
+
+
+def test_unknown_key_without_a_near_one_lists_the_family_keys(tmp_path):
     data = dict(HF_LLAMA_31_8B, some_future_field={"a": 1})
     path = tmp_path / "config.json"
     path.write_text(json.dumps(data), encoding="utf-8")
-    assert load_model_config(path).hidden_size == 4096
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    assert exc.value.key == "some_future_field"
+    assert "a llama model reads:" in (exc.value.fix or "")
+    assert "num_key_value_heads" in (exc.value.fix or "")
+
+
+def test_several_unknown_keys_are_reported_together(tmp_path):
+    data = dict(HF_LLAMA_31_8B, hiden_size=1, vocab=2)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    with pytest.raises(SpecErrors) as exc:
+        load_model_config(path)
+    assert {e.key for e in exc.value.errors} == {"hiden_size", "vocab"}
+
+
+def test_unknown_key_of_another_family_is_refused(tmp_path):
+    # sliding_window is Mistral's; transformers' Llama does not read it
+    data = dict(HF_LLAMA_31_8B, sliding_window=4096)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    assert exc.value.key == "sliding_window"
+
+
+def test_every_ignored_key_loads_in_every_family():
+    for name, cls in FIXTURE_FAMILIES.items():
+        data = fixture_data(name) | {key: None for key in IGNORED_KEYS}
+        assert validate(cls, data, file="f.json").model_type == fixture_data(name)["model_type"]
+
+
+def _readme_ignored_keys() -> set[str]:
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = text[text.index("keys accepted and ignored") :].split("\n\n")[1]
+    keys: set[str] = set()
+    for item in block.split("\n- "):
+        keys.update(re.findall(r"`([^`]+)`", item.split(": ")[0]))
+    return keys
+
+
+def test_readme_lists_exactly_the_ignored_keys():
+    family_keys = {k for fam in FAMILIES.values() for k in fam.config.ignored_keys}
+    assert _readme_ignored_keys() == set(IGNORED_KEYS) | family_keys
+    assert family_keys == {"sliding_window", "max_window_layers"}
+
+
+def test_ignored_keys_are_read_by_no_family():
+    for fam in FAMILIES.values():
+        assert not IGNORED_KEYS & set(fam.config.model_fields)
+        assert not set(fam.config.ignored_keys) & set(fam.config.model_fields)
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_shipped_models_hold_only_accepted_keys(model_file, name):
+    cfg = load_model_config(model_file(name))
+    data = yaml_keys(model_file(name))
+    assert data <= accepted_keys(type(cfg))
+
+
+def yaml_keys(path: Path) -> set[str]:
+    return {ln.split(":")[0] for ln in path.read_text().splitlines() if re.match(r"^\w+:", ln)}
+
+
+def test_quantization_config_needs_the_precision_in_dtypes(tmp_path):
+    awq = {"quant_method": "awq", "bits": 4}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(HF_LLAMA_31_8B, quantization_config=awq), indent=2))
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    assert exc.value.key == "quantization_config"
+    assert "dtypes.weights" in (exc.value.fix or "")
+    data = dict(HF_LLAMA_31_8B, quantization_config=awq, dtypes={"weights": "int4"})
+    path.write_text(json.dumps(data, indent=2))
+    assert load_model_config(path).bytes_of("weights") == 0.5
+
+
+@pytest.mark.parametrize(("key", "value"), [("attention_bias", True), ("topk_method", "greedy")])
+def test_deepseek_keys_it_cannot_model_are_refused(tmp_path, key, value):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(HF_DEEPSEEK_V3, **{key: value}), indent=2))
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    assert exc.value.key == key
+
+
+@pytest.mark.parametrize(
+    ("name", "heads", "hidden"), [("llama", 48, 4096), ("mixtral-8x7b-v0.1", 96, 4096)]
+)
+def test_heads_that_do_not_divide_hidden_need_head_dim(tmp_path, name, heads, hidden):
+    base = HF_LLAMA_31_8B if name == "llama" else fixture_data(name)
+    data = dict(base, num_attention_heads=heads, num_key_value_heads=8)
+    data.pop("head_dim", None)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_model_config(path)
+    err = exc.value
+    assert (err.key, err.line) == ("num_attention_heads", line_of_key(path, "num_attention_heads"))
+    assert f"{hidden} / {heads} = {hidden / heads:.4g}" in err.problem
+    assert (err.fix or "").startswith("set head_dim")
+    path.write_text(json.dumps(dict(data, head_dim=128), indent=2), encoding="utf-8")
+    assert load_model_config(path).attention_head_dim == 128
 
 
 def test_spec_must_be_a_mapping(write_file):

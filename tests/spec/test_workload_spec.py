@@ -166,9 +166,23 @@ def test_expected_requests_are_bounded(tmp_path: Path) -> None:
     assert "rdusim's limit" in error_of(tmp_path, text).problem
 
 
-def test_the_slo_is_required(tmp_path: Path) -> None:
-    err = error_of(tmp_path, GOOD.replace("slo: {ttft_s: 30, tpot_s: 0.2}\n", ""))
-    assert err.key == "slo"
+def test_a_workload_rate_too_small_for_its_requests_is_refused(tmp_path: Path) -> None:
+    text = GOOD.replace("rate: 2.0", "rate: 1e-308")
+    err = error_of(tmp_path, text)
+    assert (err.key, err.line) == ("arrival.rate", line_with(text, "arrival:"))
+    assert "would arrive over" in err.problem and "at least 1e-06/s" in (err.fix or "")
+
+
+def test_a_window_expecting_no_request_is_refused(tmp_path: Path) -> None:
+    text = GOOD.replace("requests: 10", "duration_s: 10").replace("rate: 2.0", "rate: 0.01")
+    err = error_of(tmp_path, text)
+    assert err.key == "duration_s" and "fewer than one" in err.problem
+
+
+def test_the_slo_is_optional(tmp_path: Path) -> None:
+    assert "slo: {ttft_s: 30, tpot_s: 0.2}\n" in GOOD
+    path = write(tmp_path, GOOD.replace("slo: {ttft_s: 30, tpot_s: 0.2}\n", ""))
+    assert load_workload(path).spec.slo is None
 
 
 def test_lengths_come_from_the_trace(tmp_path: Path) -> None:
