@@ -87,9 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true", help="print the JSON report")
     m.set_defaults(func=_cmd_model)
 
-    from rdusim import cli_commands, cli_serve
+    from rdusim import cli_commands, cli_evidence, cli_serve
 
     cli_commands.register(sub)
+    cli_evidence.register(sub)
     cli_serve.register(sub)
     return p
 

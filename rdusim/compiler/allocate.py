@@ -203,9 +203,7 @@ def allocation(
     when the caller already knows it (it depends on the kernel's structure alone)."""
     demand = _demand(kernel, hw, phase)
     pcus = _fit_pmus(demand, hw.socket.pmus)
-    return {
-        p.name: (pcus.get(p.name, 0), op_pmus(p, pcus.get(p.name, 0), hw)) for p in kernel.ops
-    }
+    return {p.name: (pcus.get(p.name, 0), op_pmus(p, pcus.get(p.name, 0), hw)) for p in kernel.ops}
 
 
 def allocate(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -> None:

@@ -17,8 +17,10 @@ the same physics in a few passes over the kernel's ops:
   loaders a tile each in turn, so they share one tile rate unless their op consumes slower; an op
   the channel paces (its loads, not its compute, set its rate) finishes with its phase's reads.
 - **Calls** cost what `rdusim.cost.calls` says; a looped call pays one fill and drain and repeats
-  at the loop's period: the HBM work of an iteration when the next one's weights stream in
-  during this one (`prefetch_iteration`), otherwise the pipeline again.
+  at the loop's period: when the next iteration's weights stream in during this one
+  (`prefetch_iteration`), the longer of the iteration's HBM work and its pipeline with the
+  weights already on chip (collective latencies and compute still on its path); otherwise the
+  pipeline again.
 
 It imports neither the simulator nor a compiler pass (`tests/test_layers.py`); how close it comes
 to the simulator is measured on every kernel of every shipped mapping (`tests/cost`).
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rdusim.compiler.program import Kernel, OpPlan
 from rdusim.cost.calls import call_cost
@@ -234,10 +236,11 @@ def estimate(
     p2p = sum(c.bytes for c in kernel.collectives) / hw.links.p2p_bandwidth
     period = pipe
     if looped_executions > 1 and kernel.prefetch_iteration:
-        # the next iteration's loads stream in behind this one's: the loop runs at the pace of
-        # whichever is slower, the channel or the pipeline with its weights already on chip
-        weights = kernel.streamed_weight_bytes / hbm_rate
-        period = max(hbm, p2p, pipe - weights)
+        # the next iteration's weights stream in behind this one: the loop runs at the pace of
+        # whichever is slower, the channel with every byte, or the pipeline with its weights
+        # already on chip (its latencies and compute still in the way)
+        loaded = replace(kernel, ops=[replace(p, weight_read_bytes=0.0) for p in kernel.ops])
+        period = max(hbm, p2p, pipeline_s(loaded, hw))
     return KernelEstimate(
         pipeline_s=pipe,
         period_s=period,

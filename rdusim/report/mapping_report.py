@@ -254,7 +254,11 @@ def _rests_on(r: dict[str, Any]) -> list[str]:
         rests = [x for x in t["rests_on"] if x.get("elasticity") is not None]
         if rests:
             top = max(rests, key=lambda x: abs(x["elasticity"]))
-            pinned = "pinned by evidence" if top["pinned_by"] and (top["narrowing"] or 1) < 0.8 else "prior only"
+            pinned = (
+                "pinned by evidence"
+                if top["pinned_by"] and (top["narrowing"] or 1) < 0.8
+                else "prior only"
+            )
             text += f" ({top['parameter']}, {pinned})"
         parts.append(text)
     return [

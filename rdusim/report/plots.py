@@ -52,38 +52,39 @@ def figure_bytes(fig: Figure, fmt: str) -> bytes:
 # --- Table 4 ---------------------------------------------------------------------------------
 
 
+def _yerr(c: Cell) -> list[list[float]] | None:
+    """The cell's interval as error bars around its simulated value (None without one)."""
+    if c.p05 is None or c.p95 is None:
+        return None
+    return [[max(0.0, c.simulated - c.p05)], [max(0.0, c.p95 - c.simulated)]]
+
+
 def table4_figure(cells: Sequence[Cell]) -> Figure:
-    """Grouped horizontal bars: each kernel's share, published (with its band) and simulated."""
-    kernels = [c for c in cells if c.table == "table4" and c.bound == "band"]
-    extra = [c for c in cells if c.table == "table4" and c.bound == "max"]
+    """Grouped horizontal bars: each kernel's share, published and simulated with its 90%
+    interval."""
+    kernels = [c for c in cells if c.table == "table4" and c.bound == "value"]
+    extra = [c for c in cells if c.table == "table4" and c.bound == "upper"]
     fig = Figure(figsize=(10.5, 6.2), layout="constrained")
     ax = fig.add_subplot()
     h = 0.38
     ys = list(range(len(kernels)))[::-1]
-    right = max(max(c.simulated, c.published + c.tolerance) for c in kernels)
+    right = max(max(c.p95 or c.simulated, c.published) for c in kernels)
     for y, c in zip(ys, kernels, strict=True):
         ax.barh(y + h / 2, c.published, h, color=NO_SS_COLOR, **PUBLISHED_STYLE)
-        ax.barh(
-            y + h / 2,
-            c.published + c.tolerance - max(0.0, c.published - c.tolerance),
-            h * 1.15,
-            left=max(0.0, c.published - c.tolerance),
-            color=BAND_COLOR,
-            alpha=0.35,
-            linewidth=0,
-        )
-        ax.errorbar(
-            c.published,
-            y + h / 2,
-            xerr=c.tolerance,
-            fmt="none",
-            ecolor="black",
-            elinewidth=1.2,
-            capsize=4,
-        )
         ax.barh(y - h / 2, c.simulated, h, color=SIM_COLOR, **SIMULATED_STYLE)
+        err = _yerr(c)
+        if err:
+            ax.errorbar(
+                c.simulated,
+                y - h / 2,
+                xerr=err,
+                fmt="none",
+                ecolor="black",
+                elinewidth=1.2,
+                capsize=4,
+            )
         ax.text(
-            c.published + c.tolerance + 0.008 * right,
+            c.published + 0.008 * right,
             y + h / 2,
             f"{c.published:.2f}%",
             va="center",
@@ -91,39 +92,40 @@ def table4_figure(cells: Sequence[Cell]) -> Figure:
             color="dimgray",
         )
         ax.text(
-            max(c.simulated, c.published + c.tolerance) + 0.008 * right,
+            max(c.simulated, c.p95 or 0.0) + 0.008 * right,
             y - h / 2,
-            f"{c.simulated:.2f}%  ({c.deviation:+.2f} pt)",
+            f"{c.simulated:.2f}%"
+            + (f"  ({c.p05:.2f}–{c.p95:.2f})" if c.p05 is not None and c.p95 is not None else ""),
             va="center",
             fontsize=8.5,
             fontweight="bold",
             color=OK_COLOR if c.within else BAD_COLOR,
         )
     ax.set_yticks(ys, [c.item for c in kernels])
-    ax.set_xlim(0, right * 1.3)
+    ax.set_xlim(0, right * 1.35)
     ax.set_xlabel("share of the MoE layer's latency (%)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     fitted = sum(c.fitted for c in kernels)
     ax.set_title(
         "Table 4 — latency share per kernel, one prefill MoE layer of DeepSeek-R1, 128K prompt\n"
-        f"simulated (rdusim) vs published (SnapStream paper); {fitted} of {len(kernels)} shares "
-        "took part in the calibration fit",
+        f"simulated (rdusim, with its 90% interval) vs published (SnapStream paper); {fitted} of "
+        f"{len(kernels)} shares took part in the calibration",
         fontsize=11,
     )
     handles = [
         Patch(facecolor=NO_SS_COLOR, label="published (paper)", **PUBLISHED_STYLE),
         Patch(facecolor=SIM_COLOR, label="simulated (rdusim)", **SIMULATED_STYLE),
-        Patch(facecolor=BAND_COLOR, alpha=0.5, label="± tolerance band on published"),
         Patch(
             facecolor="none",
             edgecolor="none",
-            label="label: simulated (deviation, points);\ngreen = within, red = outside",
+            label="bars: 90% interval; label: simulated (interval);\n"
+            "green = published inside, red = outside",
         ),
     ]
     ax.legend(handles=handles, loc="lower right", fontsize=9, framealpha=0.95)
     for c in extra:
-        mark = "ok" if c.within else "FAIL"
+        mark = "ok" if c.within else "MISS"
         fig.text(
             0.01,
             -0.01,
@@ -191,19 +193,13 @@ def _t5_panel(ax: Axes, groups: dict[str, dict[str, Cell]], what: str) -> float:
             xp, xs = i + offsets[(tag, "pub")], i + offsets[(tag, "sim")]
             ax.bar(xp, c.published, w, color=color, **PUBLISHED_STYLE)
             ax.bar(xs, c.simulated, w, color=color, **SIMULATED_STYLE)
-            hi = c.published + c.tolerance
-            if c.tolerance:
+            err = _yerr(c)
+            if err:
                 ax.errorbar(
-                    xp,
-                    c.published,
-                    yerr=c.tolerance,
-                    fmt="none",
-                    ecolor="black",
-                    elinewidth=1,
-                    capsize=3,
+                    xs, c.simulated, yerr=err, fmt="none", ecolor="black", elinewidth=1, capsize=3
                 )
             fmt = "{:,.0f}" if what == "tput" else "{:g}"
-            _bar_label(ax, xp, hi, fmt.format(c.published), "dimgray")
+            _bar_label(ax, xp, c.published, fmt.format(c.published), "dimgray")
             star = "*" if c.fitted and what == "tput" else ""
             _bar_label(
                 ax,
@@ -213,7 +209,7 @@ def _t5_panel(ax: Axes, groups: dict[str, dict[str, Cell]], what: str) -> float:
                 OK_COLOR if c.within else BAD_COLOR,
                 bold=True,
             )
-            top = max(top, hi, c.simulated)
+            top = max(top, c.published, c.p95 or c.simulated, c.simulated)
     return top
 
 
@@ -251,7 +247,7 @@ def table5_figure(cells: Sequence[Cell], compressed: Mapping[str, int] | None = 
         if imp is None:
             continue
         tputs = [roles[f"tput_{t}"] for t in ("no_ss", "ss")]
-        y = max(max(c.published + c.tolerance, c.simulated) for c in tputs) + 0.07 * top
+        y = max(max(c.published, c.p95 or c.simulated) for c in tputs) + 0.07 * top
         ax_t.text(
             i,
             y,
@@ -275,9 +271,9 @@ def table5_figure(cells: Sequence[Cell], compressed: Mapping[str, int] | None = 
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=9)
     fig.suptitle(
-        "Table 5 — DeepSeek-R1 decode on 16×SN40L, simulated (solid) vs published (hatched, "
-        "with ±tolerance)\nbold labels: simulated (green = within tolerance, red = outside); "
-        "* = fitted cell, all other throughputs are predictions",
+        "Table 5 — DeepSeek-R1 decode on 16×SN40L (r1_decode_paper), simulated (solid, with its "
+        "90% interval) vs published (hatched)\nbold labels: simulated (green = published inside "
+        "the interval, red = outside); * = a cell the calibration saw",
         fontsize=11,
     )
     return fig

@@ -51,9 +51,7 @@ class AnchoredPricer:
                 key = (id(k), looped)
                 if key in self._anchors:
                     continue
-                cf = estimate(
-                    k, hw, orchestration=program.orchestration, looped_executions=looped
-                )
+                cf = estimate(k, hw, orchestration=program.orchestration, looped_executions=looped)
                 part = _pipeline_part(cf)
                 ratio = _pipeline_part(t) / part if part > 0 else 1.0
                 self._anchors[key] = _Anchor(t, ratio)

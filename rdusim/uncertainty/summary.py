@@ -7,11 +7,10 @@ of the report. They cover what the calibrated parameters leave open given the ev
 not cover the model's discrepancy (reported beside them), a mechanism rdusim lacks, or a
 configuration choice the run fixes (its mapping, batch and kernels).
 
-**Drivers.** A headline time split by cost term: kernel calls; then, kernel by kernel, the
-resource that bounds its pipeline (HBM streaming, compute, the links) and what the pipeline
-takes beyond it (fill, drain and the hand-offs between phases). And its elasticity to each
-calibrated parameter, d ln(time) / d ln(parameter) by a 5% step of the closed form: which
-unknown the number moves with.
+**Drivers.** A headline time's elasticity to each calibrated parameter, d ln(time) /
+d ln(parameter) by a 5% step of the closed form: which unknown the number moves with; and from
+those, the time split by cost term (kernel calls, HBM streaming, compute, the links, and what
+none of them accounts for), see `split_by_term`.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rdusim.sim.kernel import KernelTiming
+from rdusim.cost.calls import barrier_s
 from rdusim.sim.model import SimResult
 from rdusim.spec.hardware import Hardware
 from rdusim.uncertainty.ensemble import Ensemble
@@ -71,34 +70,43 @@ class Term(StrEnum):
 
     CALLS = "calls"  # program load, argument load, barrier, host round trip
     HBM = "hbm"  # streaming weights, cache and activations at the achieved bandwidth
-    COMPUTE = "compute"  # the busiest op's arithmetic
-    LINKS = "links"  # collectives on the P2P links
-    FILL_DRAIN = "fill_drain"  # the pipeline beyond its busiest resource
+    COMPUTE = "compute"  # arithmetic at the achieved rates
+    LINKS = "links"  # collectives on the P2P links: transfers and each round's latency
+    FILL_DRAIN = "fill_drain"  # what no single term's parameters scale
 
 
-def _kernel_terms(k: KernelTiming) -> dict[Term, float]:
-    """One call of a kernel split by term (its executions included)."""
-    pipeline = k.call_time_s - k.call_s
-    per_execution = pipeline / k.executions
-    busy = {
-        Term.HBM: k.hbm_busy_s,
-        Term.LINKS: k.p2p_busy_s,
-        Term.COMPUTE: max((o.busy_s for o in k.ops), default=0.0),
+def _barrier_s(result: SimResult, hw: Hardware) -> float:
+    """Of the run's call time, the barriers' (their rounds of link latency)."""
+    return sum(lr.calls * barrier_s(hw) for lr in result.all_layers())
+
+
+def split_by_term(
+    result: SimResult, hw: Hardware, elasticity: dict[str, float]
+) -> dict[Term, float]:
+    """The run's total time by term, in seconds.
+
+    Every duration of the model is a rate's work or a latency, and the run's time is built from
+    them by sums and maxima, so it scales with them one for one: the share of the time a term's
+    parameters move (minus their elasticities for rates, plus for latencies) is the share that
+    term takes (Euler's theorem for such functions). Calls are counted exactly; `fill_drain` is
+    what no term accounts for (a few percent of rounding in the pipeline's steps).
+    """
+    total = result.total_latency_s
+    calls = result.kernel_call_time_s
+    barrier = _barrier_s(result, hw) / total if total else 0.0
+
+    def el(name: str) -> float:
+        return elasticity.get(name, 0.0)
+
+    share = {
+        Term.CALLS: calls / total if total else 0.0,
+        Term.HBM: -el("hbm_efficiency"),
+        Term.COMPUTE: -(el("gemm_efficiency") + el("attention_efficiency") + el("simd_efficiency")),
+        Term.LINKS: max(0.0, -el("p2p_bandwidth") + el("p2p_latency_s") - barrier),
     }
-    bound = max(busy, key=lambda t: busy[t])
-    bounded = min(busy[bound], per_execution) * k.executions
-    return {Term.CALLS: k.call_s, bound: bounded, Term.FILL_DRAIN: pipeline - bounded}
-
-
-def split_by_term(result: SimResult) -> dict[Term, float]:
-    """The run's total time by term (seconds; they sum to `total_latency_s`)."""
-    out = dict.fromkeys(Term, 0.0)
-    for lr in result.all_layers():
-        calls_per_kernel = lr.runs * (1 if lr.looped else lr.count)
-        for k in lr.kernels:
-            for term, s in _kernel_terms(k).items():
-                out[term] += calls_per_kernel * s
-    return out
+    share = {t: max(0.0, v) for t, v in share.items()}
+    share[Term.FILL_DRAIN] = max(0.0, 1.0 - sum(share.values()))
+    return {t: v * total for t, v in share.items()}
 
 
 def elasticities(pricer: AnchoredPricer, hw: Hardware) -> dict[str, float]:
@@ -159,16 +167,15 @@ class Uncertainty:
         return {"terms": terms, "elasticity": self.elasticity}
 
 
-def assess(
-    result: SimResult, hw: Hardware, ensemble: Ensemble
-) -> Uncertainty:
+def assess(result: SimResult, hw: Hardware, ensemble: Ensemble) -> Uncertainty:
     """The run's intervals over `ensemble` applied to `hw`, and its drivers."""
     pricer = AnchoredPricer(result.program, result, hw)
     members = pricer.price_all(ensemble.applied(hw))
+    elasticity = elasticities(pricer, hw)
     return Uncertainty(
         members=len(members),
         intervals=intervals(members),
-        terms=split_by_term(result),
-        elasticity=elasticities(pricer, hw),
+        terms=split_by_term(result, hw, elasticity),
+        elasticity=elasticity,
         discrepancy=ensemble.discrepancy,
     )

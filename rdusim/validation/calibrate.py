@@ -34,9 +34,9 @@ from rdusim.validation.posterior import (
     build_problem,
     find_mode,
     importance_sample,
-    surrogate_chain,
     laplace_covariance,
     reading_weights,
+    surrogate_chain,
     systematic_resample,
 )
 
@@ -80,9 +80,10 @@ class Calibration:
 
 def _weighted_quantiles(x: np.ndarray, w: np.ndarray, qs: Sequence[float]) -> list[float]:
     order = np.argsort(x)
+    ranked = x[order]
     cum = np.cumsum(w[order])
     cum /= cum[-1]
-    return [float(x[order][min(np.searchsorted(cum, q), len(x) - 1)]) for q in qs]
+    return [float(ranked[min(int(np.searchsorted(cum, q)), len(x) - 1)]) for q in qs]
 
 
 def _pinned_by(problem: Problem, lin: Linearised, u: np.ndarray) -> dict[str, list[str]]:
@@ -117,7 +118,11 @@ def _parameter_summaries(
         out[p.name] = {
             "unit": p.unit,
             "meaning": p.meaning,
-            "prior": {"low": prior.low, "high": prior.high, "source": " ".join(prior.source.split())},
+            "prior": {
+                "low": prior.low,
+                "high": prior.high,
+                "source": " ".join(prior.source.split()),
+            },
             "p05": p.from_free(q[0]),
             "p50": p.from_free(q[1]),
             "p95": p.from_free(q[2]),
@@ -127,7 +132,9 @@ def _parameter_summaries(
     return out
 
 
-def _reading_summary(problem: Problem, u: np.ndarray, z: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+def _reading_summary(
+    problem: Problem, u: np.ndarray, z: dict[str, np.ndarray]
+) -> dict[str, dict[str, float]]:
     """For each shared deployment, the posterior weight of each reading at the mode."""
     weights = reading_weights(problem, u, z, problem.fitted)
     out: dict[str, dict[str, float]] = {}
@@ -136,7 +143,8 @@ def _reading_summary(problem: Problem, u: np.ndarray, z: dict[str, np.ndarray]) 
         if len(model.group_readings) < 2:
             continue
         out[name] = {
-            " ".join(r) or "(as shipped)": float(x) for r, x in zip(model.group_readings, wts, strict=True)
+            " ".join(r) or "(as shipped)": float(x)
+            for r, x in zip(model.group_readings, wts, strict=True)
         }
     return out
 
@@ -161,7 +169,9 @@ def calibrate(
     if progress:
         progress("sampling the linearised posterior")
     chain, chain_logp, tau = surrogate_chain(problem, lin, mode, cov, seed=seed)
-    sample = importance_sample(problem, chain, chain_logp, draws=draws, seed=seed, progress=progress)
+    sample = importance_sample(
+        problem, chain, chain_logp, draws=draws, seed=seed, progress=progress
+    )
     picks = systematic_resample(sample.weights, members, seed)
     names = tuple(p.name for p in problem.parameters)
     chosen = [problem.theta(sample.u[i]) for i in picks]

@@ -74,7 +74,9 @@ class Validation:
         }
 
 
-def readings_summary(problem: Problem, u: np.ndarray, z: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+def readings_summary(
+    problem: Problem, u: np.ndarray, z: dict[str, np.ndarray]
+) -> dict[str, dict[str, float]]:
     """For each shared deployment with a choice: each reading's posterior weight at `u`."""
     out: dict[str, dict[str, float]] = {}
     for name, wts in reading_weights(problem, u, z, problem.fitted).items():

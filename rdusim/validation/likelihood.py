@@ -21,14 +21,15 @@ from typing import Any
 import numpy as np
 from scipy.special import log_ndtr, logsumexp, ndtr
 
-from rdusim.validation.items import STRUCTURAL, Bound, Item, Metric
+from rdusim.validation.items import Bound, Item, Metric
 
 FLOOR = 1e-9  # model values below this are taken as this before their logarithm
 
 
 def uses_discrepancy(metric: Metric) -> bool:
-    """Timing carries the model's error; capacity and on-chip sizes are arithmetic."""
-    return metric != Metric.MAX_BATCH and metric not in STRUCTURAL
+    """Every model value carries the model's error but a maximum batch: capacity arithmetic on
+    bytes the model counts exactly, whose one unknown (usable HBM) is a calibrated parameter."""
+    return metric != Metric.MAX_BATCH
 
 
 Discrepancy = float | np.ndarray  # one value, or one per parameter set of a batch

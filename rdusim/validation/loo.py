@@ -87,7 +87,9 @@ class Prediction:
             "id": self.item_id,
             "source": self.source,
             "fitted": self.fitted,
-            "measured": list(self.item.value) if isinstance(self.item.value, tuple) else self.item.value,
+            "measured": list(self.item.value)
+            if isinstance(self.item.value, tuple)
+            else self.item.value,
             "bound": self.item.bound.value,
             "unit": self.item.unit,
             "p05": self.p05,
@@ -114,13 +116,19 @@ def roofline_result(run: Run) -> SimResult:
 
     def timing(k: KernelTiming, flops: float) -> KernelTiming:
         t = max(k.hbm_bytes / socket.hbm.bandwidth, flops / socket.peak_bf16_flops)
-        return KernelTiming(k.name, t, t, t, 0.0, k.executions, [], "roofline", k.hbm_bytes, k.p2p_bytes, 0.0, 0.0)
+        return KernelTiming(
+            k.name, t, t, t, 0.0, k.executions, [], "roofline", k.hbm_bytes, k.p2p_bytes, 0.0, 0.0
+        )
 
     def layer(lr: LayerResult, kernels_flops: list[float]) -> LayerResult:
         return LayerResult(
-            lr.kind, lr.count, lr.runs, lr.looped,
+            lr.kind,
+            lr.count,
+            lr.runs,
+            lr.looped,
             [timing(k, f) for k, f in zip(lr.kernels, kernels_flops, strict=False)],
-            lr.role, lr.module,
+            lr.role,
+            lr.module,
         )
 
     p = res.program
@@ -232,16 +240,18 @@ def predictive(
     values = np.empty(draws)
     n_group, n_own = len(model.group_readings), len(model.own_readings)
     for s, u in enumerate(us):
-        pred = model.predict(problem.theta(u))
-        a = rng.choice(n_group, p=group_weights)
-        b = rng.integers(n_own)
+        a = int(rng.choice(n_group, p=group_weights))
+        b = int(rng.integers(n_own))
+        value = model.predict_reading(problem.theta(u), a, b)
         noise = rng.normal(0.0, sigma(item, problem.discrepancy(u)))
-        values[s] = max(pred[a, b], 1e-300) * math.exp(noise)
+        values[s] = max(value, 1e-300) * math.exp(noise)
     q = np.percentile(values, [5, 50, 95])
     return float(q[0]), float(q[1]), float(q[2])
 
 
-def _group_weights(problem: Problem, item_id: str, u: np.ndarray, z: dict[str, np.ndarray], others: Sequence[str]) -> np.ndarray:
+def _group_weights(
+    problem: Problem, item_id: str, u: np.ndarray, z: dict[str, np.ndarray], others: Sequence[str]
+) -> np.ndarray:
     """The item's shared readings weighted by how well they explain the group's other items."""
     model = problem.models[item_id]
     n = len(model.group_readings)
@@ -253,7 +263,9 @@ def _group_weights(problem: Problem, item_id: str, u: np.ndarray, z: dict[str, n
     return responsibilities(Group(model.group, peers), problem.items, z, problem.discrepancy(u))
 
 
-def refit_without(problem: Problem, lin: Linearised, mode: np.ndarray, item_id: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def refit_without(
+    problem: Problem, lin: Linearised, mode: np.ndarray, item_id: str
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """The linearised posterior's mode and Laplace covariance without `item_id`."""
     others = [i for i in problem.fitted if i != item_id]
 
@@ -327,7 +339,11 @@ class Summary:
 
 def summarise(predictions: Sequence[Prediction]) -> Summary:
     inside = [p.inside_90 for p in predictions]
-    widths = [p.relative_half_width for p in predictions if p.item.measure and p.item.measure.metric in RATE_METRICS]
+    widths = [
+        p.relative_half_width
+        for p in predictions
+        if p.item.measure and p.item.measure.metric in RATE_METRICS
+    ]
     sums = {"rdusim": 0.0, "null_constant": 0.0, "null_roofline": 0.0}
     compared = 0
     for p in predictions:

@@ -176,11 +176,22 @@ class ItemModel:
             )
         return out
 
+    def predict_reading(
+        self, theta: Theta | None, a: int, b: int, cache: dict[int, SimResult] | None = None
+    ) -> float:
+        """The value under one reading: group reading `a`, own reading `b`."""
+        cache = {} if cache is None else cache
+        return max(
+            self._value(self.runs[(a, b, c)], theta, cache) for c in range(len(self.over_readings))
+        )
+
     def point_value(self) -> float:
         """The value at the point under the first reading: the shipped mapping as it is."""
         return float(self.predict(None)[0, 0])
 
-    def _value(self, roles: dict[str, Run], theta: Theta | None, cache: dict[int, SimResult]) -> float:
+    def _value(
+        self, roles: dict[str, Run], theta: Theta | None, cache: dict[int, SimResult]
+    ) -> float:
         def result(role: str) -> SimResult:
             run = roles[role]
             key = id(run)
@@ -199,7 +210,9 @@ class ItemModel:
             return float(main.max_batch(fraction))
         if metric in STRUCTURAL:
             upd = main.map_run.report["snapstream"]["decode_update_sram_bytes"]
-            return float(upd["naive_indexing"] if metric == Metric.NAIVE_INDEXING_BYTES else upd["ratio"])
+            return float(
+                upd["naive_indexing"] if metric == Metric.NAIVE_INDEXING_BYTES else upd["ratio"]
+            )
         res = result("main")
         step = res.total_latency_s
         tps = res.program.tokens_per_step
@@ -266,9 +279,7 @@ def _roles(metric: Metric, mapping: str, sets: list[str], item: Item, runs: Runs
         shared = [s for s in plain if s.split("=", 1)[0] in PREFILL_SHARED]
         return {
             "main": runs.get(mapping, [*plain, f"seq_len={context}"]),
-            "prefill": runs.get(
-                m.prefill, [*m.prefill_set, *shared, f"seq_len={m.input_tokens}"]
-            ),
+            "prefill": runs.get(m.prefill, [*m.prefill_set, *shared, f"seq_len={m.input_tokens}"]),
         }
     return {"main": runs.get(mapping, sets)}
 

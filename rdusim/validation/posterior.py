@@ -71,7 +71,9 @@ class Problem:
     sd: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        moments = [prior_moments(p, self.evidence.priors.parameters[p.name]) for p in self.parameters]
+        moments = [
+            prior_moments(p, self.evidence.priors.parameters[p.name]) for p in self.parameters
+        ]
         moments.append(prior_moments(None, self.evidence.priors.discrepancy))
         self.mean = np.array([m for m, _ in moments])
         self.sd = np.array([s for _, s in moments])
@@ -93,14 +95,18 @@ class Problem:
         return math.exp(float(u[-1]))
 
     def free(self, values: Theta, discrepancy: float) -> np.ndarray:
-        return np.array([p.to_free(values[p.name]) for p in self.parameters] + [math.log(discrepancy)])
+        return np.array(
+            [p.to_free(values[p.name]) for p in self.parameters] + [math.log(discrepancy)]
+        )
 
     def groups(self, items: Sequence[str]) -> list[Group]:
         return groups_of(self.group_names, items)
 
     # --- model evaluations -------------------------------------------------------------------
 
-    def log_values(self, u: np.ndarray, items: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    def log_values(
+        self, u: np.ndarray, items: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
         """Every item's log-values under `u` (one model evaluation)."""
         self.evaluations += 1
         theta = self.theta(u)
@@ -192,12 +198,30 @@ def linearise(problem: Problem, u0: np.ndarray, step: float = 1e-3) -> Linearise
         zk = problem.log_values(u)
         for i in z0:
             jac[i][k] = (zk[i] - z0[i]) / db
-    exact = {i: problem.capacity_log_values(i) for i in z0 if problem.models[i].metric == Metric.MAX_BATCH}
+    exact = {
+        i: problem.capacity_log_values(i)
+        for i in z0
+        if problem.models[i].metric == Metric.MAX_BATCH
+    }
     return Linearised(u0.copy(), z0, jac, exact, basis)
 
 
-def _maximise(f: Callable[[np.ndarray], float], u0: np.ndarray, bounds: list[tuple[float, float]]) -> np.ndarray:
-    res = minimize(lambda u: -f(u), u0, method="L-BFGS-B", bounds=bounds)
+def _maximise(
+    f: Callable[[np.ndarray], Any],
+    u0: np.ndarray,
+    bounds: list[tuple[float, float]],
+    h: float = 1e-6,
+) -> np.ndarray:
+    """The maximum of `f` (which takes a batch of points) within `bounds`, by L-BFGS-B with
+    central-difference gradients computed in one batched call."""
+    n = len(u0)
+    eye = np.eye(n) * h
+
+    def value_and_grad(u: np.ndarray) -> tuple[float, np.ndarray]:
+        v = np.asarray(f(np.vstack([u, u + eye, u - eye])), dtype=float)
+        return -float(v[0]), -(v[1 : n + 1] - v[n + 1 :]) / (2 * h)
+
+    res = minimize(value_and_grad, u0, jac=True, method="L-BFGS-B", bounds=bounds)
     return np.asarray(res.x, dtype=float)
 
 
@@ -241,34 +265,37 @@ def find_mode(
     return u, lin
 
 
-def curvature(f: Callable[[np.ndarray], float], u: np.ndarray, h: float = 1e-3) -> np.ndarray:
-    """The Hessian of `f` at `u` by central differences."""
+def curvature(f: Callable[[np.ndarray], np.ndarray], u: np.ndarray, h: float = 1e-3) -> np.ndarray:
+    """The Hessian of `f` at `u` by central differences; `f` takes a batch of points (rows)
+    and returns one value per row, so every difference is one call."""
     n = len(u)
-    hess = np.zeros((n, n))
-    f0 = f(u)
-    for i in range(n):
-        for j in range(i, n):
-            if i == j:
-                e = np.zeros(n)
-                e[i] = h
-                hess[i, i] = (f(u + e) - 2 * f0 + f(u - e)) / h**2
-            else:
-                ei = np.zeros(n)
-                ej = np.zeros(n)
-                ei[i] = h
-                ej[j] = h
-                hess[i, j] = hess[j, i] = (
-                    f(u + ei + ej) - f(u + ei - ej) - f(u - ei + ej) + f(u - ei - ej)
-                ) / (4 * h * h)
+    eye = np.eye(n) * h
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    points = [u, *(u + e for e in eye), *(u - e for e in eye)]
+    for i, j in pairs:
+        points += [
+            u + eye[i] + eye[j],
+            u + eye[i] - eye[j],
+            u - eye[i] + eye[j],
+            u - eye[i] - eye[j],
+        ]
+    v = np.asarray(f(np.array(points)), dtype=float)
+    f0, plus, minus = v[0], v[1 : n + 1], v[n + 1 : 2 * n + 1]
+    hess = np.diag((plus - 2 * f0 + minus) / h**2)
+    for k, (i, j) in enumerate(pairs):
+        a, b, c, d = v[2 * n + 1 + 4 * k : 2 * n + 5 + 4 * k]
+        hess[i, j] = hess[j, i] = (a - b - c + d) / (4 * h * h)
     return hess
 
 
-def laplace_covariance(problem: Problem, lin: Linearised, u: np.ndarray, items: Sequence[str]) -> np.ndarray:
+def laplace_covariance(
+    problem: Problem, lin: Linearised, u: np.ndarray, items: Sequence[str]
+) -> np.ndarray:
     """The inverse curvature of the linearised negative log posterior at `u`, its eigenvalues
     floored so it is positive definite (a direction with no curvature keeps the prior's)."""
 
-    def neg(v: np.ndarray) -> float:
-        return -problem.log_post_at(v, lin.at(v), items)
+    def neg(v: np.ndarray) -> np.ndarray:
+        return -np.asarray(problem.log_post_at(v, lin.at(v), items))
 
     hess = curvature(neg, u)
     hess = (hess + hess.T) / 2
@@ -328,7 +355,9 @@ def surrogate_chain(
     return chain, logp, tau
 
 
-def _gaussian_draws(rng: np.random.Generator, mean: np.ndarray, cov: np.ndarray, n: int) -> np.ndarray:
+def _gaussian_draws(
+    rng: np.random.Generator, mean: np.ndarray, cov: np.ndarray, n: int
+) -> np.ndarray:
     return rng.multivariate_normal(mean, cov, size=n, method="eigh")
 
 
@@ -382,7 +411,9 @@ def build_problem(
     return Problem(evidence, models, fitted)
 
 
-def reading_weights(problem: Problem, u: np.ndarray, z: dict[str, np.ndarray], items: Sequence[str]) -> dict[str, np.ndarray]:
+def reading_weights(
+    problem: Problem, u: np.ndarray, z: dict[str, np.ndarray], items: Sequence[str]
+) -> dict[str, np.ndarray]:
     """For each group of `items`: how much each of its shared readings explains them at `u`."""
     d = problem.discrepancy(u)
     return {g.name: responsibilities(g, problem.items, z, d) for g in problem.groups(items)}

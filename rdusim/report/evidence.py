@@ -1,0 +1,222 @@
+"""Text of `rdusim validate` and `rdusim calibrate`: the evidence, the leave-one-out
+predictions beside the null models, the posterior of each parameter, and the readings of each
+shared deployment the evidence favours. Renders the plain data of `Validation.as_dict()` and
+`Calibration.as_dict()`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rdusim.report.console import table, terminal_width, wrap_items, wrap_text
+
+USE_WORDS = {
+    "fit": "fitted",
+    "holdout": "held out",
+    "derived": "derived from others",
+    "context": "kept for the record (not expressible yet)",
+}
+
+
+def value_text(v: float | None, unit: str = "") -> str:
+    """A figure with its unit, three significant digits (thousands separated)."""
+    if v is None:
+        return "-"
+    if unit == "%":
+        return f"{v:.3g} %"
+    if unit == "x":
+        return f"{v:.3g}x"
+    if unit == "B":
+        return f"{v / 1e6:.3g} MB"
+    if abs(v) >= 1000:
+        return f"{v:,.0f} {unit}".rstrip()
+    return f"{v:.3g} {unit}".rstrip()
+
+
+def _published(item: Mapping[str, Any]) -> str:
+    v, unit, bound = item["measured"], item["unit"], item["bound"]
+    if bound == "range":
+        return f"{value_text(v[0])}–{value_text(v[1], unit)}"
+    text = value_text(v, unit)
+    return {"upper": "< ", "lower": "> "}.get(bound, "") + text
+
+
+def _error(e: float | None) -> str:
+    return "-" if e is None else f"{e:+.2f}"
+
+
+def loo_rows(items: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for p in items:
+        unit = p["unit"] if p["unit"] != "B" else "B"
+        interval = f"{value_text(p['p05'])}–{value_text(p['p95'])}"
+        if unit == "B":
+            interval = f"{value_text(p['p05'], 'B')}–{value_text(p['p95'], 'B')}"
+        rows.append(
+            [
+                p["id"],
+                _published(p),
+                value_text(p["p50"], unit),
+                interval,
+                "yes" if p["inside_90"] else ("known" if p["known_miss"] else "NO"),
+                _error(p["log_error"]["rdusim"]),
+                _error(p["log_error"]["null_constant"]),
+                _error(p["log_error"]["null_roofline"]),
+            ]
+        )
+    return rows
+
+
+LOO_HEADERS = ("item", "published", "rdusim", "90% interval", "in", "err", "const", "roof")
+LOO_LEGEND = (
+    "rdusim: the median of the predictive distribution, from a posterior fitted without the item "
+    "(held-out items: with every fitted item); err/const/roof: log error of rdusim's median and "
+    "of the null models (constant step time; roofline: peak HBM or FLOPs, free calls); 0 for a "
+    "bound or range it satisfies"
+)
+
+
+def _evidence_summary(d: Mapping[str, Any], width: int) -> list[str]:
+    ev = d["evidence"]
+    uses = Counter(e["use"] for e in ev)
+    sources = len(d["sources"])
+    parts = [f"{uses[u]} {USE_WORDS[u]}" for u in USE_WORDS if uses[u]]
+    head = f"evidence: {len(ev)} items from {sources} sources: " + ", ".join(parts)
+    return [wrap_text(head, width, "", "  ")]
+
+
+def render_validation(d: Mapping[str, Any], width: int | None = None) -> str:
+    """The evidence, each item's leave-one-out prediction beside the null models, the summary,
+    the readings the evidence favours, and the misses with their reasons."""
+    width = width or terminal_width()
+    loo = d["loo"]
+    lines = [*_evidence_summary(d, width), ""]
+    lines.append(
+        table(LOO_HEADERS, loo_rows(loo["items"]), align="<>>>^>>>", width=width, wrap=(0,))
+    )
+    lines.append(wrap_text(LOO_LEGEND, width))
+    lines.append("")
+    items = loo["items"]
+    inside = sum(p["inside_90"] for p in items)
+    lines.append(
+        wrap_text(
+            f"coverage: {inside}/{len(items)} items inside their 90% interval "
+            f"({loo['coverage_90']:.0%}); median relative half-width on decode throughput items "
+            f"{loo['median_rel_half_width']:.0%}",
+            width,
+            "",
+            "  ",
+        )
+    )
+    sq = loo["sq_log_error"]
+    beats = sq["rdusim"] < sq["null_constant"] and sq["rdusim"] < sq["null_roofline"]
+    lines.append(
+        wrap_text(
+            f"squared log error over the {loo['compared_items']} items every model predicts: "
+            f"rdusim {sq['rdusim']:.3g}, constant step {sq['null_constant']:.3g}, roofline "
+            f"{sq['null_roofline']:.3g}: rdusim "
+            + ("beats both null models" if beats else "does NOT beat both null models"),
+            width,
+            "",
+            "  ",
+        )
+    )
+    lines += render_readings(d.get("readings") or {}, width)
+    lines += _misses(items, width)
+    return "\n".join(lines)
+
+
+def render_readings(readings: Mapping[str, Mapping[str, float]], width: int) -> list[str]:
+    """Each shared deployment's readings the evidence favours, by posterior weight."""
+    if not readings:
+        return []
+    out = ["", "what the sources leave open, as the evidence reads it (posterior weight):"]
+    for name, weights in readings.items():
+        ranked = sorted(weights.items(), key=lambda kv: -kv[1])
+        shown = [f"{r or '(as shipped)'} {w:.0%}" for r, w in ranked if w >= 0.005]
+        out += wrap_items(shown, width, prefix=f"  {name}: ", sep="; ")
+    return out
+
+
+def _misses(items: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    out = []
+    known = [p for p in items if not p["inside_90"] and p["known_miss"]]
+    new = [p for p in items if not p["inside_90"] and not p["known_miss"]]
+    if known:
+        out += ["", f"{len(known)} known misses (the model cannot reach them, and says why):"]
+        out += [
+            wrap_text(f"{p['id']}: {p['known_miss']}", min(width, 100), "  ", "    ") for p in known
+        ]
+    if new:
+        out += [
+            "",
+            wrap_text(
+                "outside their interval: " + ", ".join(p["id"] for p in new), width, "", "  "
+            ),
+        ]
+    return out
+
+
+# --- calibrate ---------------------------------------------------------------------------------
+
+
+def _param_value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "s":
+        return f"{v * 1e6:.3g} us"
+    if unit == "B/s":
+        return f"{v / 1e9:.3g} GB/s"
+    return f"{v:.3g}"
+
+
+def calibration_rows(params: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for name, p in params.items():
+        unit = p.get("unit", "")
+        prior = p["prior"]
+        rows.append(
+            [
+                name,
+                f"{_param_value(prior['low'], unit)}–{_param_value(prior['high'], unit)}",
+                _param_value(p["p50"], unit),
+                f"{_param_value(p['p05'], unit)}–{_param_value(p['p95'], unit)}",
+                f"{p['narrowing']:.2f}",
+                ", ".join(p["pinned_by"][:2]) if p["narrowing"] < 0.8 else "(prior only)",
+            ]
+        )
+    return rows
+
+
+CALIBRATION_HEADERS = ("parameter", "prior 90%", "median", "posterior 90%", "width", "pinned by")
+
+
+def render_calibration(d: Mapping[str, Any], width: int | None = None) -> str:
+    width = width or terminal_width()
+    lines = [
+        wrap_text(
+            f"posterior of {len(d['parameters'])} calibrated parameters given "
+            f"{len(d['fitted_items'])} fitted evidence items: {d['method']}",
+            width,
+            "",
+            "  ",
+        ),
+        "",
+        table(
+            CALIBRATION_HEADERS,
+            calibration_rows(d["parameters"]),
+            align="<>>>><",
+            width=width,
+            wrap=(5, 0),
+        ),
+        wrap_text(
+            "width: the posterior's 90% interval over the prior's, on the parameter's free scale "
+            "(1: the evidence does not narrow it); pinned by: the items carrying most of the "
+            f"evidence's information on it. Model discrepancy: {d['discrepancy']:.3f} (log "
+            "standard deviation).",
+            width,
+        ),
+    ]
+    lines += render_readings(d.get("readings") or {}, width)
+    return "\n".join(lines)
