@@ -46,34 +46,38 @@ def _error(e: float | None) -> str:
     return "-" if e is None else f"{e:+.2f}"
 
 
-def loo_rows(items: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+UNIT_SHOWN = {"tokens/s/user": "tok/s/user", "tokens/s": "tok/s", "sequences": "seqs"}
+
+
+def loo_rows(items: Sequence[Mapping[str, Any]], nulls: bool) -> list[list[str]]:
     rows = []
     for p in items:
-        unit = p["unit"] if p["unit"] != "B" else "B"
-        interval = f"{value_text(p['p05'])}–{value_text(p['p95'])}"
-        if unit == "B":
-            interval = f"{value_text(p['p05'], 'B')}–{value_text(p['p95'], 'B')}"
-        rows.append(
-            [
-                p["id"],
-                _published(p),
-                value_text(p["p50"], unit),
-                interval,
-                "yes" if p["inside_90"] else ("known" if p["known_miss"] else "NO"),
-                _error(p["log_error"]["rdusim"]),
-                _error(p["log_error"]["null_constant"]),
-                _error(p["log_error"]["null_roofline"]),
-            ]
-        )
+        unit = UNIT_SHOWN.get(p["unit"], p["unit"])
+        shown = "B" if unit == "B" else ""
+        interval = f"{value_text(p['p05'], shown)}–{value_text(p['p95'], shown)}"
+        row = [
+            p["id"],
+            _published({**p, "unit": unit}),
+            f"{value_text(p['p50'], shown)} ({interval})",
+            "yes" if p["inside_90"] else ("known" if p["known_miss"] else "NO"),
+        ]
+        if nulls:
+            errors = p["log_error"]
+            row += [_error(errors[k]) for k in ("rdusim", "null_constant", "null_roofline")]
+        rows.append(row)
     return rows
 
 
-LOO_HEADERS = ("item", "published", "rdusim", "90% interval", "in", "err", "const", "roof")
+LOO_HEADERS = ("item", "published", "rdusim (90% interval)", "in")
+NULL_HEADERS = ("err", "const", "roof")
+NULLS_FROM_WIDTH = 130  # the per-item null-model columns need this many columns
 LOO_LEGEND = (
-    "rdusim: the median of the predictive distribution, from a posterior fitted without the item "
-    "(held-out items: with every fitted item); err/const/roof: log error of rdusim's median and "
-    "of the null models (constant step time; roofline: peak HBM or FLOPs, free calls); 0 for a "
-    "bound or range it satisfies"
+    "rdusim: the median of the predictive distribution from a posterior fitted without the item "
+    "(held-out items: with every fitted item), and its 90% interval"
+)
+NULL_LEGEND = (
+    "; err/const/roof: log error of rdusim's median and of the null models (constant step time; "
+    "roofline: peak HBM or FLOPs, free calls), 0 for a bound or range it satisfies"
 )
 
 
@@ -92,10 +96,16 @@ def render_validation(d: Mapping[str, Any], width: int | None = None) -> str:
     width = width or terminal_width()
     loo = d["loo"]
     lines = [*_evidence_summary(d, width), ""]
+    nulls = width >= NULLS_FROM_WIDTH
+    headers = LOO_HEADERS + (NULL_HEADERS if nulls else ())
+    align = "<>>^" + (">>>" if nulls else "")
+    lines.append(table(headers, loo_rows(loo["items"], nulls), align=align, width=width, wrap=(0,)))
     lines.append(
-        table(LOO_HEADERS, loo_rows(loo["items"]), align="<>>>^>>>", width=width, wrap=(0,))
+        wrap_text(
+            LOO_LEGEND + (NULL_LEGEND if nulls else " (--json: each item's null-model errors)"),
+            width,
+        )
     )
-    lines.append(wrap_text(LOO_LEGEND, width))
     lines.append("")
     items = loo["items"]
     inside = sum(p["inside_90"] for p in items)

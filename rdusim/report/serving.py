@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from rdusim.report.console import seconds, si, table
+from rdusim.report.console import seconds, si, table, wrap_text
 from rdusim.report.tables import to_csv
 
 STAT_KEYS = ("p50", "p90", "p99", "mean")
@@ -94,12 +94,21 @@ def render_point(doc: Mapping[str, Any]) -> str:
         _deployment_line(doc),
         _graphs_line(doc),
     ]
+    iv = doc.get("intervals") or {}
     rows = [[label, *(_s(doc[key][k]) for k in STAT_KEYS)] for key, label in LATENCIES]
-    lat = table(["latency", *STAT_KEYS], rows, "<>>>>")
+    headers = ["latency", *STAT_KEYS]
+    if iv:
+        headers.append("mean 90%")
+        for row, (key, _) in zip(rows, LATENCIES, strict=True):
+            q = iv.get(f"{key}.mean")
+            row.append(f"{_s(q['p05']).split()[0]}–{_s(q['p95'])}" if q else "-")
+    lat = table(headers, rows, "<>>>>" + (">" if iv else ""))
     occ = doc["slot_occupancy"]
     rate = doc["arrival_rate"]
+    tput = iv.get("throughput_tokens_per_s")
+    tput_iv = f" ({tput['p05']:,.1f}–{tput['p95']:,.1f})" if tput else ""
     tail = [
-        f"throughput      {doc['throughput_tokens_per_s'] or 0:,.1f} output tokens/s "
+        f"throughput      {doc['throughput_tokens_per_s'] or 0:,.1f}{tput_iv} output tokens/s "
         f"({doc['output_tokens']:,} tokens)",
         _goodput_line(doc, slo),
         f"arrivals        {rate:.4g} requests/s measured; {doc['mean_requests_in_system']:.4g} "
@@ -108,6 +117,13 @@ def render_point(doc: Mapping[str, Any]) -> str:
         else f"arrivals        {doc['requests']} request(s)",
         f"slot occupancy  {100 * (occ['mean'] or 0):.1f}% of {occ['slots']} decode slots",
     ]
+    if iv:
+        tail.append(
+            wrap_text(
+                "(90% intervals: the same run under the calibration ensemble's members at the "
+                "5th and 95th percentile of the graphs' times)"
+            )
+        )
     return "\n".join([*head, "", lat, "", *tail])
 
 

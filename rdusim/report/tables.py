@@ -228,12 +228,24 @@ SUMMARY_COLUMNS = {
 }
 
 
+def _with_interval(column: str, row: Mapping[str, Any]) -> str:
+    """A sweep cell, with the row's 90% interval for a headline number that has one."""
+    text = _sweep_cell(column, row.get(column))
+    lo, hi = row.get(f"{column}.p05"), row.get(f"{column}.p95")
+    if lo is None or hi is None:
+        return text
+    if column.endswith("latency_s"):
+        return f"{text} ({seconds(lo).split()[0]}–{seconds(hi)})"
+    return f"{text} ({_sweep_cell(column, lo)}–{_sweep_cell(column, hi)})"
+
+
 def render_sweep(
     rows: Sequence[Mapping[str, Any]], keys: Sequence[str], width: int | None = None
 ) -> str:
-    """One line per sweep point: the varying keys, then the headline results."""
+    """One line per sweep point: the varying keys, then the headline results (with their 90%
+    intervals over the calibration ensemble)."""
     columns = [*keys, *(c for c in SUMMARY_COLUMNS if c not in keys)]
-    body = [[_sweep_cell(c, r.get(c)) for c in columns] for r in rows]
+    body = [[_with_interval(c, r) for c in columns] for r in rows]
     headers = [SUMMARY_COLUMNS.get(c, c) if c not in keys else c for c in columns]
     align = "".join("<" if c in keys else ">" for c in columns)
     return table(headers, body, align=align, width=width)

@@ -26,7 +26,12 @@ from rdusim.serving.arrivals import Request, requests_of
 from rdusim.serving.engine import EngineConfig, EngineResult, Progress, simulate_serving
 from rdusim.serving.metrics import rounded, summary
 from rdusim.serving.shape import GraphShape, check_requests, shape_of
-from rdusim.serving.step_times import GraphFacts, SimulatedStepTimes, simulated_step_times
+from rdusim.serving.step_times import (
+    GraphFacts,
+    ScaledStepTimes,
+    SimulatedStepTimes,
+    simulated_step_times,
+)
 from rdusim.spec.workload import (
     ArrivalProcess,
     DecodeStepCost,
@@ -35,6 +40,8 @@ from rdusim.spec.workload import (
     ResolvedWorkload,
     request_count_problem,
 )
+from rdusim.uncertainty.ensemble import shipped_ensemble
+from rdusim.uncertainty.pricing import AnchoredPricer
 
 
 @dataclass(frozen=True)
@@ -189,9 +196,11 @@ def serve(
     workload: ResolvedWorkload,
     point: ServePoint = ServePoint(),
     progress: Progress | None = None,
+    intervals: bool = True,
 ) -> ServeRun:
     """Run `workload` on the two mappings at one point (`progress` hears of completed
-    requests)."""
+    requests). With `intervals`, it runs twice more, under the calibration ensemble's members at
+    the 5th and 95th percentile of the graphs' time scale, for each metric's interval."""
     times = simulated_step_times(prefill, decode, point.overrides)
     shape = shape_of(times.facts, workload.spec.deployment.prefill_buckets, workload)
     requests = workload_requests(workload, point.rate)
@@ -200,7 +209,68 @@ def serve(
     config = engine_config(workload.spec.deployment, times.facts)
     result = simulate_serving(requests, shape, times, config, progress)
     metrics = summary(result, workload.spec.slo)
-    return ServeRun(point, result, metrics, point_document(point, workload, result, metrics))
+    document = point_document(point, workload, result, metrics)
+    if intervals:
+        bounds = [
+            summary(simulate_serving(requests, shape, t, config), workload.spec.slo)
+            for t in bounding_times(times)
+        ]
+        if bounds:
+            document["intervals"] = serving_intervals(metrics, bounds)
+    return ServeRun(point, result, metrics, document)
+
+
+def bounding_times(times: SimulatedStepTimes) -> list[ScaledStepTimes]:
+    """The step times under the two calibration ensemble members at the 5th and 95th percentile
+    of the graphs' combined time scale (the geometric mean of the prefill's and the decode
+    step's scale against the point); none without a shipped ensemble."""
+    ensemble = shipped_ensemble()
+    if ensemble is None:
+        return []
+    scales = []
+    pricers = {g: AnchoredPricer(r.program, r, times.hardware[g]) for g, r in times.main.items()}
+    members = {g: ensemble.applied(times.hardware[g]) for g in pricers}
+    for i in range(len(ensemble)):
+        s = {
+            g: pricers[g].price(members[g][i]).total_latency_s / times.main[g].total_latency_s
+            for g in pricers
+        }
+        scales.append((s["prefill"], s["decode"]))
+    ranked = sorted(scales, key=lambda ps: ps[0] * ps[1])
+    picks = (ranked[round(0.05 * (len(ranked) - 1))], ranked[round(0.95 * (len(ranked) - 1))])
+    return [ScaledStepTimes(times, p, d) for p, d in picks]
+
+
+def _numbers(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """The numeric leaves of a metrics document, by dotted key."""
+    out: dict[str, float] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _numbers(v, f"{prefix}{k}.")
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            out[f"{prefix}{k}"] = float(v)
+    return out
+
+
+# serving metrics that are counts or settings, not outcomes the calibration moves
+FIXED_METRICS = frozenset({"requests", "arrival_rate"})
+
+
+def serving_intervals(
+    point: dict[str, Any], bounds: list[dict[str, Any]]
+) -> dict[str, dict[str, float]]:
+    """{metric: {p05, p50, p95}}: the point's run as the middle, the two bounding members' runs
+    as the ends (each metric moves one way with the graphs' time scale)."""
+    mid = _numbers(point)
+    ends = [_numbers(b) for b in bounds]
+    out = {}
+    for key, value in mid.items():
+        if key in FIXED_METRICS or any(key not in e for e in ends):
+            continue
+        lo = min(value, *(e[key] for e in ends))
+        hi = max(value, *(e[key] for e in ends))
+        out[key] = {"p05": lo, "p50": value, "p95": hi}
+    return out
 
 
 def points_of(

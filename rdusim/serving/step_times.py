@@ -37,8 +37,9 @@ from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
 from rdusim.errors import SpecError
 from rdusim.ir.model import summarize
-from rdusim.sim.model import simulate
+from rdusim.sim.model import SimResult, simulate
 from rdusim.spec.catalog import resolve_mapping
+from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import ResolvedMapping, load_mapping
 
 # Cache lengths of the decode grid, as fractions of the compiled graph's.
@@ -160,6 +161,9 @@ class SimulatedStepTimes:
     _prefill: dict[int, float] = field(default_factory=dict, init=False)
     _decode: dict[tuple[int, int], float] = field(default_factory=dict, init=False)
     _grid: DecodeGrid | None = field(default=None, init=False)
+    # the two graphs at their compiled shapes, simulated: what the calibration ensemble re-prices
+    main: dict[str, SimResult] = field(default_factory=dict, init=False)
+    hardware: dict[str, Hardware] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         decode_rm = load_mapping(self.decode, list(self.overrides))
@@ -187,10 +191,11 @@ class SimulatedStepTimes:
             min_cache_len=ss.sink + 1 if decode_prog.snapstream else 1,
         )
         _check_pair(prefill_rm, prefill_prog, decode_rm, decode_prog)
-        self._decode[(wl.batch, decode_prog.kv_len)] = simulate(decode_prog, hw).total_latency_s
-        self._prefill[prefill_rm.spec.seq_len] = simulate(
-            prefill_prog, prefill_rm.hardware
-        ).total_latency_s
+        self.main["decode"] = simulate(decode_prog, hw)
+        self.main["prefill"] = simulate(prefill_prog, prefill_rm.hardware)
+        self.hardware = {"decode": hw, "prefill": prefill_rm.hardware}
+        self._decode[(wl.batch, decode_prog.kv_len)] = self.main["decode"].total_latency_s
+        self._prefill[prefill_rm.spec.seq_len] = self.main["prefill"].total_latency_s
 
     # --- the StepTimes protocol ------------------------------------------------------------
 
@@ -320,3 +325,20 @@ def simulated_step_times(
 ) -> SimulatedStepTimes:
     """The step times of a mapping pair under `overrides`, simulated once per process."""
     return _cached(resolve_mapping(prefill), resolve_mapping(decode), tuple(overrides))
+
+
+@dataclass(frozen=True)
+class ScaledStepTimes:
+    """Another source's times, every prefill scaled by `prefill_scale` and every decode step by
+    `decode_scale`: the serving run under a calibration ensemble member whose graphs run that
+    much slower (or faster) than the point's."""
+
+    base: StepTimes
+    prefill_scale: float
+    decode_scale: float
+
+    def prefill_s(self, graph_len: int) -> float:
+        return self.base.prefill_s(graph_len) * self.prefill_scale
+
+    def decode_step_s(self, slots: int, cache_len: int) -> float:
+        return self.base.decode_step_s(slots, cache_len) * self.decode_scale

@@ -23,6 +23,11 @@ STATUS_OK = "ok"
 STATUS_INFEASIBLE = "infeasible"
 # `status` is `ok` or `infeasible`; `reason` is empty, or the user error that stopped the point.
 STATUS_COLUMNS = ("status", "reason")
+# headline numbers whose 90% interval over the calibration ensemble each row carries, as
+# `<metric>.p05` / `<metric>.p95` columns and, in JSON, the report's `intervals` mapping
+INTERVAL_METRICS = ("total_latency_s", "throughput_tokens_per_s", "tpot_s", "kernel_call_time_s")
+INTERVALS = "intervals"  # a row's nested intervals: JSON only, not a CSV column
+
 RESULT_COLUMNS = (
     "batch",
     "max_batch_size",
@@ -134,6 +139,12 @@ def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:
         kind, layer = max(layers.items(), key=lambda kv: kv[1].get("count", 0))
         for k in layer["kernels"]:
             row[f"{kind}.{k['name']}.latency_s"] = k["latency_s"]
+    intervals = {m: q for m, q in (report.get("intervals") or {}).items() if m in INTERVAL_METRICS}
+    for metric in INTERVAL_METRICS:
+        q = intervals.get(metric) or {}
+        row[f"{metric}.p05"] = q.get("p05")
+        row[f"{metric}.p95"] = q.get("p95")
+    row[INTERVALS] = intervals
     return row
 
 
@@ -249,7 +260,7 @@ def columns(axes: Sequence[Axis], rows: Sequence[dict[str, Any]]) -> list[str]:
     swept = [a.key for a in axes]
     cols = swept + [c for c in (*STATUS_COLUMNS, *RESULT_COLUMNS) if c not in swept]
     for r in rows:
-        cols += [c for c in r if c not in cols]
+        cols += [c for c in r if c not in cols and c != INTERVALS]
     return cols
 
 

@@ -329,7 +329,7 @@ class Summary:
 
     def as_dict(self) -> dict[str, object]:
         return {
-            "items": self.items,
+            "count": self.items,
             "coverage_90": self.coverage_90,
             "median_rel_half_width": self.median_rel_half_width,
             "sq_log_error": self.sq_log_error,
