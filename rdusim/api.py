@@ -143,10 +143,18 @@ def run_mapping(
     `overrides`; `hardware` replaces the one the mapping names (what-ifs, calibration);
     `uncertainty` adds intervals and drivers over the shipped ensemble."""
     overrides = _override_list(overrides)
-    if isinstance(path, str | Path):
-        rm = load_mapping(path, overrides)
-    else:
-        rm = _resolve_editable(path, overrides or [])
+
+    def resolve(items: list[str]) -> ResolvedMapping:
+        if isinstance(path, str | Path):
+            return load_mapping(path, items)
+        return _resolve_editable(path, items)
+
+    rm = resolve(overrides)
+    hand = None
+    if rm.spec.kernels == "auto" and AUTO_KERNELS in overrides:
+        # the mapping's own kernels, for the auto-mapper's gain against them
+        plain = resolve([o for o in overrides if o != AUTO_KERNELS])
+        hand = plain if plain.spec.kernels != "auto" else None
     return run_resolved(
         rm,
         simulate_it=simulate_it,
@@ -156,7 +164,11 @@ def run_mapping(
         search=search,
         progress=progress,
         uncertainty=uncertainty,
+        hand=hand,
     )
+
+
+AUTO_KERNELS = "kernels=auto"  # the `--set` that hands a mapping's kernels to the search
 
 
 def _override_list(overrides: Any) -> list[str]:
@@ -228,10 +240,11 @@ def run_resolved(
     search: SearchOptions | None = None,
     progress: Callable[[str], None] | None = None,
     uncertainty: bool = True,
+    hand: ResolvedMapping | None = None,
 ) -> MapRun:
     """Compile (resolving `batch: max`) and simulate an already loaded mapping; `kernels: auto`
     is resolved by the auto-mapper's search first (`search` sets its objective and how many
-    alternatives it reports). With `uncertainty`, the report carries each headline number's
+    alternatives it reports), and compared with `hand`, the mapping's own kernels, when given. With `uncertainty`, the report carries each headline number's
     interval over the shipped calibration ensemble and what each time rests on."""
     if hardware is not None:
         rm = replace(rm, hardware=hardware)
@@ -254,6 +267,10 @@ def run_resolved(
         report.update(uncertainty_report(result, rm.hardware))
     if auto is not None:
         report["auto_mapping"] = auto.summary()
+        if hand is not None:
+            from rdusim.search.mapper import gain_vs_hand
+
+            report["auto_mapping"] |= gain_vs_hand(auto, hand)
         if search is not None and search.alternatives:
             report["alternatives"] = auto.alternatives_json()
     return MapRun(rm, program, result, report, auto)

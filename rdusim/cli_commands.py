@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -156,9 +157,16 @@ def _search_options(args: argparse.Namespace) -> SearchOptions | None:
             ("--latency-bound", args.latency_bound),
             ("--alternatives", args.alternatives or None),
             ("--timings", args.timings or None),
+            ("--rank-by", args.rank_by),
         )
         if value is not None
     ]
+    if args.rank_by is not None and not RANK_BY.fullmatch(args.rank_by):
+        raise SpecError(
+            f"expects mean or a percentile p1..p99, got {args.rank_by!r}",
+            key="--rank-by",
+            fix="e.g. --rank-by mean, or --rank-by p05 to rank throughput by its pessimistic end",
+        )
     if args.alternatives < 0:
         raise SpecError(
             f"must be 0 or more, got {args.alternatives}", key="--alternatives", fix="e.g. 3"
@@ -181,7 +189,11 @@ def _search_options(args: argparse.Namespace) -> SearchOptions | None:
         objective=Objective(args.objective) if args.objective else None,
         latency_bound_s=args.latency_bound,
         alternatives=args.alternatives,
+        rank_by=args.rank_by or "mean",
     )
+
+
+RANK_BY = re.compile(r"mean|p0?[1-9]|p[1-9][0-9]")
 
 
 def _is_auto(mapping: str, overrides: list[str]) -> bool:
@@ -437,6 +449,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         metavar="SECONDS",
         help="per-step bound for --objective throughput-under-latency",
+    )
+    auto.add_argument(
+        "--rank-by",
+        metavar="STAT",
+        help="how the simulated finalists are ranked over the calibration ensemble: mean "
+        "(default) of the objective, or a percentile such as p05 (throughput's pessimistic end) "
+        "or p95 (a time's pessimistic end)",
     )
     auto.add_argument(
         "--alternatives",

@@ -166,6 +166,7 @@ def _auto_lines(r: dict[str, Any], width: int) -> list[str]:
         + (f", {a['search_seconds']:.1f} s" if a.get("search_seconds") is not None else "")
     )
     lines = [wrap_text(head, width, subsequent="  ")]
+    lines += _gain_lines(a, width)
     for kind, bounds in a["boundaries"].items():
         for b in bounds:
             text = f"  {kind}: cut {b['after']} | {b['before']}: {b['reason']}"
@@ -185,6 +186,23 @@ def _auto_lines(r: dict[str, Any], width: int) -> list[str]:
             wrap_text(f"  alternative {i}: {value}{looping}; {kernels}", width, subsequent="      ")
         )
     return [*lines, ""]
+
+
+def _gain_lines(a: dict[str, Any], width: int) -> list[str]:
+    """The pick against the mapping's own kernels, over the calibration ensemble, in a line."""
+    if a.get("note"):
+        return [
+            wrap_text(f"  against the mapping's own kernels: {a['note']}", width, subsequent="    ")
+        ]
+    gain = a.get("gain_vs_hand")
+    if not gain:
+        return []
+    text = (
+        f"  against the mapping's own kernels: {gain['p50']:.2f}x better "
+        f"({gain['p05']:.2f}–{gain['p95']:.2f} over the calibration ensemble), better in "
+        f"{a['p_better']:.0%} of it; ranked by the objective's {a.get('ranked_by', 'mean')}"
+    )
+    return [wrap_text(text, width, subsequent="    ")]
 
 
 def _extras_lines(r: dict[str, Any], width: int) -> list[str]:

@@ -6,7 +6,9 @@
 2. Whole mappings combine the kinds' options, weighted by how often each kind runs per prompt or
    step (a decode step also runs the MTP module's MoE layer with the MoE kernels); kernel looping
    is one more option wherever every kind fits in one kernel. The few best by estimate are
-   compiled and simulated, and the best simulated one wins, so the answer is the simulator's.
+   compiled and simulated, each re-priced under every member of the calibration ensemble, and
+   the best by the objective's mean over the ensemble (or a percentile, `rank_by`) wins: a
+   decision that holds across what the evidence leaves open, not at one point.
 3. Objectives that choose the batch start from the largest batch that fits in HBM and go down
    until a mapping is legal (and, under a latency bound, until the step meets it).
 
@@ -22,6 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
 from rdusim.compiler.compile import (
@@ -40,7 +44,10 @@ from rdusim.search.layer import Boundary, FrontPoint, LayerOption, LayerSearch
 from rdusim.search.objective import Objective, better, check_objective, default_objective, score
 from rdusim.search.space import ShardingPlan
 from rdusim.sim.model import SimResult, simulate
+from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import KernelSpec, ResolvedMapping, snapstream_sizes
+from rdusim.uncertainty.ensemble import shipped_ensemble
+from rdusim.uncertainty.pricing import AnchoredPricer
 
 Progress = Callable[[str], None]
 
@@ -52,6 +59,9 @@ class SearchOptions:
     alternatives: int = 0  # distinct runner-up mappings to report, simulated
     finalists: int = 3  # best estimates compiled and simulated before one is chosen
     options_per_layer: int = 4  # cuts kept per layer kind and plan
+    # how finalists are ranked over the calibration ensemble: "mean" of the objective, or a
+    # percentile ("p05" ... "p95") of its distribution over the members
+    rank_by: str = "mean"
 
 
 @dataclass
@@ -66,6 +76,7 @@ class MappingCandidate:
     score: float | None = None  # the simulated objective
     program: Program | None = None
     result: SimResult | None = None
+    ensemble: list[float] = field(default_factory=list)  # the objective under each member
 
 
 @dataclass
@@ -82,6 +93,7 @@ class AutoMapping:
     candidates_built: int
     candidates_simulated: int
     seconds: float
+    rank_by: str = "mean"
 
     def front(self, kind: str) -> list[FrontPoint]:
         """The latency-vs-SRAM front of one layer kind under the chosen plan's search."""
@@ -108,6 +120,7 @@ class AutoMapping:
                 for kind, bs in self.boundaries.items()
             },
             "estimated_layers_s": self.chosen.estimate_s,
+            "ranked_by": self.rank_by,
             "candidate_kernels_built": self.candidates_built,
             "mappings_simulated": self.candidates_simulated,
         }
@@ -127,6 +140,40 @@ class AutoMapping:
             }
             for c in self.alternatives
         ]
+
+
+def gain_vs_hand(found: AutoMapping, hand: ResolvedMapping) -> dict[str, Any]:
+    """How the search's pick compares with `hand` (the mapping's own kernels) at the pick's
+    batch, over the calibration ensemble: the gain (the pick's objective over the hand's, or the
+    hand's time over the pick's: above 1 means the pick is better) as {p05, p50, p95}, and the
+    share of members in which the pick is better. A hand mapping that does not run at that
+    batch says why instead."""
+    objective = found.objective
+    chosen = found.chosen
+    assert chosen.program is not None and chosen.result is not None
+    try:
+        program = compile_mapping(hand, batch=found.batch)
+    except SpecError as exc:
+        return {"note": f"the hand kernels do not compile at batch {found.batch}: {exc.problem}"}
+    if not program.hbm.fits:
+        return {"note": f"the hand kernels do not fit HBM at batch {found.batch}"}
+    result = simulate(program, hand.hardware)
+    members = members_of(hand)
+    hand_scores = ensemble_scores(objective, program, result, hand.hardware, members)
+    picked = chosen.ensemble or [score(objective, chosen.program, chosen.result)]
+    if not hand_scores:
+        hand_scores = [score(objective, program, result)]
+    gains = [
+        (a / h if objective.maximises else h / a) for a, h in zip(picked, hand_scores, strict=True)
+    ]
+    q = np.percentile(gains, [5, 50, 95])
+    point = score(objective, chosen.program, chosen.result) / score(objective, program, result)
+    return {
+        "gain_vs_hand": {"p05": float(q[0]), "p50": float(q[1]), "p95": float(q[2])},
+        "p_better": float(np.mean([g > 1.0 for g in gains])),
+        "gain_at_point": point if objective.maximises else 1.0 / point,
+        "hand_objective": score(objective, program, result),
+    }
 
 
 def with_kernels(
@@ -342,10 +389,13 @@ def _search_at(
             finalists.append(c)
     if not finalists:
         return None
+    members = members_of(rm)
+    for c in finalists:
+        assert c.program is not None and c.result is not None
+        c.ensemble = ensemble_scores(objective, c.program, c.result, rm.hardware, members)
     best = finalists[0]
     for c in finalists[1:]:
-        assert c.score is not None and best.score is not None
-        if better(objective, c.score, best.score):
+        if better(objective, ranking(c, opts.rank_by), ranking(best, opts.rank_by)):
             best = c
     others = sorted(
         (c for c in finalists if c is not best),
@@ -363,7 +413,38 @@ def _search_at(
         candidates_built=sum(s.candidates_built for s in searches.values()),
         candidates_simulated=len(finalists),
         seconds=0.0,
+        rank_by=opts.rank_by if members else "point",
     )
+
+
+def members_of(rm: ResolvedMapping) -> list[Hardware]:
+    """The calibration ensemble applied to the mapping's hardware (none without one)."""
+    ensemble = shipped_ensemble()
+    return ensemble.applied(rm.hardware) if ensemble else []
+
+
+def ensemble_scores(
+    objective: Objective,
+    program: Program,
+    result: SimResult,
+    hw: Hardware,
+    members: list[Hardware],
+) -> list[float]:
+    """A simulated program's objective under each ensemble member (re-priced by the anchored
+    closed form)."""
+    pricer = AnchoredPricer(program, result, hw)
+    return [score(objective, program, r) for r in pricer.price_all(members)]
+
+
+def ranking(c: MappingCandidate, rank_by: str) -> float:
+    """The number finalists are ranked on: the mean of the objective over the ensemble, or one
+    of its percentiles ("p05"); the simulated objective without an ensemble."""
+    values = c.ensemble or ([c.score] if c.score is not None else [])
+    if not values:
+        return math.nan
+    if rank_by == "mean":
+        return float(np.mean(values))
+    return float(np.percentile(values, float(rank_by.removeprefix("p"))))
 
 
 def _unlooped(
