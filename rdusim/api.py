@@ -168,6 +168,42 @@ def run_mapping(
     )
 
 
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k != "kernels":
+            out |= _flat(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# mapping fields that name a mapping rather than say how it runs
+NOT_COMPARED = frozenset({"name", "reference"})
+
+
+def reference_differences(rm: ResolvedMapping) -> dict[str, Any]:
+    """How the mapping, as run, differs from the one it names as its reference: each differing
+    field's value here and there (kernels compared whole)."""
+    assert rm.spec.reference is not None
+    from rdusim.spec.catalog import resolve_mapping
+
+    base = Path(rm.source.file).parent
+    candidate = base / rm.spec.reference
+    ref = load_mapping(candidate if candidate.exists() else resolve_mapping(rm.spec.reference))
+    here = _flat(rm.spec.model_dump(mode="json"))
+    there = _flat(ref.spec.model_dump(mode="json"))
+    keys = [k for k in {**here, **there} if k not in NOT_COMPARED]
+    return {
+        "mapping": ref.spec.name or rm.spec.reference,
+        "differences": [
+            {"key": k, "this": here.get(k), "reference": there.get(k)}
+            for k in keys
+            if here.get(k) != there.get(k)
+        ],
+    }
+
+
 AUTO_KERNELS = "kernels=auto"  # the `--set` that hands a mapping's kernels to the search
 
 
@@ -265,6 +301,8 @@ def run_resolved(
     report["max_batch_size"] = capacity_batch
     if uncertainty and result is not None:
         report.update(uncertainty_report(result, rm.hardware))
+    if rm.spec.reference:
+        report["reference"] = reference_differences(rm)
     if auto is not None:
         report["auto_mapping"] = auto.summary()
         if hand is not None:

@@ -146,6 +146,7 @@ def render_map_report(r: dict[str, Any], width: int | None = None) -> str:
         lines.append("")
     lines += _extras_lines(r, width)
     lines += _auto_lines(r, width)
+    lines += _reference_lines(r, width)
     summary = [wrap_text(text, width, subsequent="  ") for text in _summary(r)]
     lines += [*summary[:-1], *_calibration_lines(r, width), summary[-1]]
     return "\n".join(lines)
@@ -186,6 +187,30 @@ def _auto_lines(r: dict[str, Any], width: int) -> list[str]:
             wrap_text(f"  alternative {i}: {value}{looping}; {kernels}", width, subsequent="      ")
         )
     return [*lines, ""]
+
+
+def _reference_lines(r: dict[str, Any], width: int) -> list[str]:
+    """How the run differs from the mapping it names as its reference."""
+    ref = r.get("reference")
+    if not ref:
+        return []
+    diffs = [
+        f"{d['key']} {_shown(d['this'])} (there: {_shown(d['reference'])})"
+        for d in ref["differences"]
+    ]
+    if not diffs:
+        return [f"runs as its reference {ref['mapping']} does", ""]
+    return [*wrap_items(diffs, width, prefix=f"differs from {ref['mapping']}: ", sep="; "), ""]
+
+
+def _shown(v: Any) -> str:
+    if isinstance(v, dict | list):
+        return "(its own kernels)" if v else "-"
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
 
 
 def _gain_lines(a: dict[str, Any], width: int) -> list[str]:

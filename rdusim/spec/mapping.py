@@ -279,6 +279,12 @@ class MappingSpec(Strict):
     moe: MoeSpec = Field(default_factory=MoeSpec)
     snapstream: SnapStreamSpec = Field(default_factory=SnapStreamSpec)
     kernels: Kernels = "auto"
+    reference: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="a mapping (file or shipped name) this one is compared with in its report: "
+        "e.g. the deployment a paper measured",
+    )
 
     @model_validator(mode="before")
     @classmethod
