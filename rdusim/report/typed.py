@@ -211,6 +211,26 @@ class AutoMappingReport(_Part):
     candidate_kernels_built: int
     mappings_simulated: int
     search_seconds: Num | None = None  # wall time: only with `rdusim map --timings`
+    ranked_by: str = "mean"  # the finalists' ranking over the ensemble ("point": none shipped)
+    # against the mapping's own kernels (with `--set kernels=auto` on a mapping that lists them)
+    gain_vs_hand: Interval | None = None
+    p_better: Num | None = None
+    gain_at_point: Num | None = None
+    hand_objective: Num | None = None
+    note: str | None = None  # why the hand kernels could not be compared
+
+
+class ReferenceDifference(_Part):
+    key: str
+    this: Any
+    reference: Any
+
+
+class ReferenceReport(_Part):
+    """How the run differs from the mapping it names as its reference."""
+
+    mapping: str
+    differences: list[ReferenceDifference]
 
 
 class AlternativeReport(_Part):
@@ -260,6 +280,7 @@ class Report(_Part):
     intervals: dict[str, Interval] | None = None  # metric -> its interval over the ensemble
     drivers: DriversReport | None = None
     uncertainty: UncertaintyReport | None = None
+    reference: ReferenceReport | None = None
     auto_mapping: AutoMappingReport | None = None  # kernels: auto only
     alternatives: list[AlternativeReport] | None = None  # with --alternatives N
 

@@ -134,16 +134,16 @@ def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:
     }
     # a swept key named like a result (batch=max) keeps the value as set
     row |= {k: v for k, v in results.items() if k not in row}
-    layers = report.get("layers") or {}
-    if layers:
-        kind, layer = max(layers.items(), key=lambda kv: kv[1].get("count", 0))
-        for k in layer["kernels"]:
-            row[f"{kind}.{k['name']}.latency_s"] = k["latency_s"]
     intervals = {m: q for m, q in (report.get("intervals") or {}).items() if m in INTERVAL_METRICS}
     for metric in INTERVAL_METRICS:
         q = intervals.get(metric) or {}
         row[f"{metric}.p05"] = q.get("p05")
         row[f"{metric}.p95"] = q.get("p95")
+    layers = report.get("layers") or {}
+    if layers:
+        kind, layer = max(layers.items(), key=lambda kv: kv[1].get("count", 0))
+        for k in layer["kernels"]:
+            row[f"{kind}.{k['name']}.latency_s"] = k["latency_s"]
     row[INTERVALS] = intervals
     return row
 

@@ -9,9 +9,9 @@ kernel's time is read off the line at its real tile count.
 Each call costs program load, argument load and the sockets' barrier, plus the host's round trip
 when the host issues it (`rdusim.cost.calls`). A looped call (Koeplinger et al., "Kernel Looping", arXiv 2410.23668) runs N
 consecutive executions of one kernel as one call with a pipelined outer loop: one call, one fill
-and drain, and iterations that overlap. The first three chained iterations are simulated: the
-second still profits from the idle bandwidth of the first, the third runs at the loop's steady
-period, which every later one repeats.
+and drain, and iterations that overlap. Chained iterations are simulated until one adds what the
+one before it added: the second still profits from the idle bandwidth of the first, and from
+the third or fourth on the loop runs at its steady period, which every later one repeats.
 """
 
 from __future__ import annotations
@@ -22,6 +22,12 @@ from rdusim.compiler.program import Kernel
 from rdusim.cost.calls import call_cost
 from rdusim.sim.engine import MAX_SIM_TILES, OpTiming, PipelineRun, Slice, simulate_pipeline
 from rdusim.spec.hardware import Hardware
+
+# A looped call's iterations are chained in the simulation until one adds what the one before it
+# added (to this fraction), at most this many: the first still profits from an idle channel, a
+# rate-matched kernel may take another to settle, and every later one repeats the period.
+PERIOD_TOLERANCE = 1e-6
+MAX_CHAINED = 8
 
 
 @dataclass
@@ -47,6 +53,8 @@ class KernelTiming:
     hbm_busy_s: float
     p2p_busy_s: float
     slices: list[Slice] = field(default_factory=list)
+    # what the iterations after the second add beyond the steady period while the loop settles
+    settle_s: float = 0.0
     # trace slices are simulated at fewer tiles than the kernel has, and stretched by this factor
     # onto the extrapolated pipeline
     trace_scale: float = 1.0
@@ -56,7 +64,7 @@ class KernelTiming:
         """One call: its cost, the first execution, and the looped ones."""
         looped = 0.0
         if self.executions >= 2:
-            looped = self.second_s + (self.executions - 2) * self.period_s
+            looped = self.second_s + (self.executions - 2) * self.period_s + self.settle_s
         return self.call_s + self.pipeline_s + looped
 
     @property
@@ -104,13 +112,24 @@ def time_kernel(
     one = simulate_pipeline(kernel, hw, tiles=n, sockets=sockets, trace=trace)
     pipeline = _pipeline_at(kernel, hw, one, n, 1, sockets)
     second = period = pipeline
+    settle = 0.0
     if looped_executions > 1:
         two = simulate_pipeline(kernel, hw, tiles=n, iterations=2, sockets=sockets)
         t2 = _pipeline_at(kernel, hw, two, n, 2, sockets)
         second = period = t2 - pipeline
-        if looped_executions > 2:
-            three = simulate_pipeline(kernel, hw, tiles=n, iterations=3, sockets=sockets)
-            period = _pipeline_at(kernel, hw, three, n, 3, sockets) - t2
+        done, last = 2, t2
+        steps: list[float] = []
+        # chain iterations until one adds what the one before it added: the loop's period
+        while done < min(looped_executions, MAX_CHAINED):
+            chained = simulate_pipeline(kernel, hw, tiles=n, iterations=done + 1, sockets=sockets)
+            t = _pipeline_at(kernel, hw, chained, n, done + 1, sockets)
+            steps.append(t - last)
+            done, last = done + 1, t
+            if len(steps) > 1 and abs(steps[-1] - steps[-2]) <= PERIOD_TOLERANCE * steps[-1]:
+                break
+        if steps:
+            period = steps[-1]
+            settle = sum(x - period for x in steps)
     scale = pipeline / one.pipeline_s if one.pipeline_s > 0 else 1.0
     ops = [replace(o, stall_s=max(0.0, pipeline - max(o.busy_s, o.hbm_s))) for o in one.ops]
     call = call_cost(kernel, hw, orchestration)
@@ -133,4 +152,5 @@ def time_kernel(
         p2p_busy_s=one.p2p_busy_s,
         slices=slices,
         trace_scale=scale,
+        settle_s=settle,
     )

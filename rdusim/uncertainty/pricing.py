@@ -87,6 +87,7 @@ class AnchoredPricer:
             period_s=cf.period_s * r,
             call_s=cf.call_s,
             slices=[],
+            settle_s=0.0,  # the ratio carries the simulated loop's settling
         )
 
     def price(self, hw: Hardware) -> SimResult:

@@ -1,6 +1,7 @@
-"""Comparison with published SN40L figures: the SnapStream paper's tables, other published facts,
-null models that say how much a match means, and the calibration that fits the few parameters.
+"""The model against the public evidence: every published SN40L figure as an item with its source
+and what the source leaves unstated (`evidence/`), calibration as inference over them, leave-one-out
+validation beside null models that know nothing of the machine, and the SnapStream paper's tables.
 
-Published numbers live in `rdusim/data/` and enter only here, as the column simulated figures are
-compared against, or as the targets of `rdusim calibrate`.
+Published numbers live in `validation/evidence/` and enter only here: as the data a posterior is
+fitted to, and as the column predictions are compared with.
 """

@@ -232,12 +232,11 @@ def test_a_memory_op_in_a_compute_bound_kernel_gets_pmus_but_no_pcus():
 
 
 def test_a_memory_bound_op_keeps_the_fewest_pcus_that_hold_its_pace():
-    """One GEMM behind a 13.6 GB read: the pace is the read (10 ms at 85% of 1.6 TB/s); the GEMM
+    """One GEMM behind a 13.6 GB read: the pace is the read (at the achieved HBM bandwidth); the GEMM
     keeps the fewest PCUs whose time is within it, ceil(w / pace)."""
     k = Kernel("k", [plan("gemm", 1e12, read=13.6e9)])
     allocate(k, HW)
     pace = 13.6e9 / hbm_rate()
-    assert pace == pytest.approx(0.01, rel=1e-12)
     w = work(k.op("gemm"))
     p = k.op("gemm").pcus
     assert p == math.ceil(w / pace) == fewest_pcus(w, pace)

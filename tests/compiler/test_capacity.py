@@ -11,7 +11,7 @@ from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
 from rdusim.compiler.compile import compile_mapping
 from rdusim.errors import InfeasibleError
 from rdusim.spec.mapping import load_mapping
-from rdusim.validation.calibrate import with_calibration
+from rdusim.uncertainty.parameters import with_values
 
 
 def _power_of_two(n: int) -> bool:
@@ -47,7 +47,7 @@ def test_snapstream_multiplies_batch_by_compression(mappings_dir: Path) -> None:
 def test_more_usable_hbm_never_lowers_the_batch(mappings_dir: Path) -> None:
     rm = load_mapping(mappings_dir / "r1_decode.yaml", ["seq_len=131072"])
     batches = [
-        max_batch(replace(rm, hardware=with_calibration(rm.hardware, hbm_usable_fraction=f)))[0]
+        max_batch(replace(rm, hardware=with_values(rm.hardware, {"hbm_usable_fraction": f})))[0]
         for f in (0.8, 0.9, 1.0)
     ]
     assert batches == sorted(batches)
@@ -55,7 +55,7 @@ def test_more_usable_hbm_never_lowers_the_batch(mappings_dir: Path) -> None:
 
 def test_weights_that_do_not_fit_say_so(mappings_dir: Path) -> None:
     rm = load_mapping(mappings_dir / "r1_decode.yaml", ["seq_len=131072"])
-    tiny = replace(rm, hardware=with_calibration(rm.hardware, hbm_usable_fraction=0.1))
+    tiny = replace(rm, hardware=with_values(rm.hardware, {"hbm_usable_fraction": 0.1}))
     with pytest.raises(InfeasibleError) as info:
         max_batch(tiny)
     assert info.value.key == "batch"
@@ -71,7 +71,7 @@ def test_not_even_batch_one_fits_is_a_user_error(mappings_dir: Path) -> None:
     hbm = compile_mapping(rm, batch=1).hbm
     need = hbm.weights + hbm.workspace + 0.5 * hbm.kv_cache
     fraction = need / rm.hardware.socket.hbm.capacity_bytes
-    small = replace(rm, hardware=with_calibration(rm.hardware, hbm_usable_fraction=fraction))
+    small = replace(rm, hardware=with_values(rm.hardware, {"hbm_usable_fraction": fraction}))
     with pytest.raises(InfeasibleError) as info:
         max_batch(small)
     assert info.value.key == "batch"

@@ -90,11 +90,11 @@ def test_r1_decode_weights_and_budget(r1_decode_64):
 def test_max_batch_reports_when_nothing_fits():
     from dataclasses import replace
 
-    from rdusim.validation.calibrate import with_calibration
+    from rdusim.uncertainty.parameters import with_values
 
     rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["snapstream.enabled=false"])
     # leave the runtime only half of HBM: the 44 GB of weight shards alone no longer fit
-    rm = replace(rm, hardware=with_calibration(rm.hardware, hbm_usable_fraction=0.5))
+    rm = replace(rm, hardware=with_values(rm.hardware, {"hbm_usable_fraction": 0.5}))
     with pytest.raises(SpecError) as info:
         max_batch(rm)
     assert info.value.key == "batch" and "the weights alone need" in info.value.problem

@@ -1,7 +1,7 @@
 """Golden values of rdusim's headline numbers: a drift detector, not a statement of truth.
 
-The published figures live in `rdusim/data/` and `rdusim validate` compares the model with them,
-each within a tolerance band. Inside a band the model can move without any test noticing, so
+The published figures live in `rdusim/validation/evidence/` and `rdusim validate` compares the
+model with them, each within an interval. Inside an interval the model can move unnoticed, so
 `tests/golden/metrics.json` records what the model computes now (Table 4's shares, Table 5's
 cells, time to first token, decode steps, the kernel-looping speed-up, the naive on-chip update),
 and `tests/validation/test_golden.py` fails when any of them moves by more than 1e-9 relative
@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from rdusim.api import MapRun, run_mapping
+from rdusim.spec.catalog import package_dir
 from rdusim.spec.mapping import MappingSpec, load_mapping
-from rdusim.validation import paper as pp
-from rdusim.validation.data import mappings_dir, paper
 
 Value = int | float
 Metrics = dict[str, Value]
@@ -41,6 +39,12 @@ GOLDEN_FILE = Path(__file__).resolve().parent / "metrics.json"
 UPDATE_COMMAND = "python -m tests.golden.headline --update"
 RELATIVE_TOLERANCE = 1e-9
 
+# Table 4: one prefill MoE layer at a 128K prompt; Table 5: the paper's three prompt lengths, each
+# without and with SnapStream, in the deployment it measured (r1_decode_paper).
+TABLE4_SEQ_LEN = 131072
+TABLE5_SEQ_LENS = (131072, 65536, 32768)
+# The kernel-looping speed-up in one configuration: Llama-3.1-8B, batch 1, an 8K cache.
+LOOPING = ("batch=1", "seq_len=8192", "snapstream.enabled=false", "orchestration=hardware")
 # Prompt lengths every shipped prefill mapping is also pinned at, besides its own.
 PREFILL_SEQ_LENS = (4096, 32768)
 # Decode points: every mapping at its largest batch, and a short, uncompressed single sequence
@@ -65,35 +69,38 @@ class _Runs:
     def get(self, name: str, overrides: Sequence[str]) -> MapRun:
         key = (name, tuple(overrides))
         if key not in self._done:
-            self._done[key] = run_mapping(mappings_dir() / f"{name}.yaml", list(overrides))
+            self._done[key] = run_mapping(name, list(overrides), uncertainty=False)
         return self._done[key]
 
 
 def shipped_mappings() -> dict[str, MappingSpec]:
     """Every mapping in `mappings/` by file stem: a new one adds its keys to the golden file."""
-    return {path.stem: load_mapping(path).spec for path in sorted(mappings_dir().glob("*.yaml"))}
+    folder = package_dir("mappings")
+    return {path.stem: load_mapping(path).spec for path in sorted(folder.glob("*.yaml"))}
 
 
 def _table4(runs: _Runs) -> Metrics:
-    """Every kernel's share of the R1 prefill MoE layer, run as `paper.table4_run` runs it."""
-    run = runs.get("r1_prefill", [f"seq_len={paper()['table4']['seq_len']}"])
-    return {f"table4.{k}.share_percent": float(v) for k, v in pp.table4_shares(run).items()}
+    """Every kernel's share of the R1 prefill MoE layer at a 128K prompt."""
+    layer = runs.get("r1_prefill", [f"seq_len={TABLE4_SEQ_LEN}"]).report["layers"]["moe"]
+    return {f"table4.{k['name']}.share_percent": 100.0 * k["share"] for k in layer["kernels"]}
 
 
-def _table5() -> Metrics:
-    """Each Table 5 cell in the paper's deployment, and each row's improvement."""
+def _table5(runs: _Runs) -> Metrics:
+    """Each Table 5 cell in the paper's deployment (r1_decode_paper), and each improvement."""
     out: Metrics = {}
-    for row in paper()["table5"]["rows"]:
-        seq_len = int(row["seq_len"])
+    for seq_len in TABLE5_SEQ_LENS:
         label = f"table5.{seq_len // 1024}K"
         tput: dict[bool, float] = {}
         for snapstream in (False, True):
-            cell = pp.table5_run(seq_len, snapstream)
+            report = runs.get(
+                "r1_decode_paper",
+                [f"seq_len={seq_len}", f"snapstream.enabled={str(snapstream).lower()}"],
+            ).report
             tag = f"{label}.{'snapstream' if snapstream else 'no_snapstream'}"
-            out[f"{tag}.max_batch"] = int(cell["batch"])
-            out[f"{tag}.step_s"] = float(cell["step_s"])
-            out[f"{tag}.throughput_tokens_per_s"] = float(cell["tput"])
-            tput[snapstream] = float(cell["tput"])
+            out[f"{tag}.max_batch"] = int(report["max_batch_size"])
+            out[f"{tag}.step_s"] = float(report["total_latency_s"])
+            out[f"{tag}.throughput_tokens_per_s"] = float(report["throughput_tokens_per_s"])
+            tput[snapstream] = float(report["throughput_tokens_per_s"])
         out[f"{label}.improvement"] = tput[True] / tput[False]
     return out
 
@@ -134,17 +141,17 @@ def _decode(runs: _Runs, name: str) -> Metrics:
     return out
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
-
-
-def _text_figures() -> Metrics:
-    """The kernel-looping speed-up and the naive decode update's on-chip cells."""
-    out: Metrics = {"kernel_looping.speedup": float(pp.looping_speedup())}
-    for cell in pp.naive_decode():
-        item = cell.item.split(":", 1)[-1]
-        out[f"naive_decode.{_slug(item)}_{_slug(cell.unit)}"] = float(cell.simulated)
-    return out
+def _text_figures(runs: _Runs) -> Metrics:
+    """The kernel-looping speed-up and the naive decode update's on-chip figures."""
+    looped = runs.get("llama31_8b_decode", [*LOOPING, "kernel_looping=true"]).report
+    plain = runs.get("llama31_8b_decode", [*LOOPING, "kernel_looping=false"]).report
+    update = runs.get("r1_decode_paper", ["seq_len=131072"]).report["snapstream"]
+    upd = update["decode_update_sram_bytes"]
+    return {
+        "kernel_looping.speedup": plain["total_latency_s"] / looped["total_latency_s"],
+        "naive_decode.indexing_on_chip_mb": upd["naive_indexing"] / 1e6,
+        "naive_decode.on_chip_memory_vs_ring_buffer_x": float(upd["ratio"]),
+    }
 
 
 def _merge(parts: Sequence[Metrics]) -> Metrics:
@@ -171,10 +178,10 @@ def collect() -> Metrics:
     """The headline figures the model computes now, by stable human-readable key."""
     runs = _Runs()
     specs = shipped_mappings()
-    parts = [_table4(runs), _table5()]
+    parts = [_table4(runs), _table5(runs)]
     parts += [_prefill(runs, n, s) for n, s in specs.items() if s.phase == "prefill"]
     parts += [_decode(runs, n) for n, s in specs.items() if s.phase == "decode"]
-    parts.append(_text_figures())
+    parts.append(_text_figures(runs))
     metrics = _merge(parts)
     _check_values(metrics)
     return dict(sorted(metrics.items()))

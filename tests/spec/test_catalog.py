@@ -12,10 +12,15 @@ from rdusim.errors import SpecError
 from rdusim.spec.catalog import resolve_mapping, resolve_model, shipped_mappings, shipped_models
 from rdusim.spec.mapping import load_mapping
 from rdusim.spec.model import load_model_config
-from rdusim.validation.data import mappings_dir as validation_mappings_dir
 
 MODELS = ["deepseek-r1", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b"]
-MAPPINGS = ["llama31_8b_decode", "llama31_8b_prefill", "r1_decode", "r1_prefill"]
+MAPPINGS = [
+    "llama31_8b_decode",
+    "llama31_8b_prefill",
+    "r1_decode",
+    "r1_decode_paper",
+    "r1_prefill",
+]
 
 
 @pytest.fixture
@@ -33,10 +38,19 @@ def test_the_shipped_names(models_dir: Path, mappings_dir: Path) -> None:
     assert shipped_mappings()["r1_prefill"].samefile(mappings_dir / "r1_prefill.yaml")
 
 
-def test_validation_uses_the_packaged_mappings(elsewhere: Path) -> None:
-    assert (validation_mappings_dir() / "r1_prefill.yaml").samefile(
-        shipped_mappings()["r1_prefill"]
-    )
+def test_evidence_names_shipped_mappings(elsewhere: Path) -> None:
+    """Every evidence item's measure runs a shipped mapping, found from any directory."""
+    from rdusim.validation.items import shipped_evidence
+
+    ev = shipped_evidence()
+    names = {d.mapping for f in ev.files for d in f.deployments.values()}
+    names |= {
+        i.measure.mapping for f in ev.files for i in f.items if i.measure and i.measure.mapping
+    }
+    names |= {
+        i.measure.prefill for f in ev.files for i in f.items if i.measure and i.measure.prefill
+    }
+    assert names and names <= set(shipped_mappings())
 
 
 @pytest.mark.parametrize("text", ["deepseek-r1", "deepseek-r1.yaml"])
