@@ -102,7 +102,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from rdusim.report.evidence import render_calibration
     from rdusim.spec.hardware import PRESETS, preset_path
-    from rdusim.validation.calibrate import DRAWS, calibrate, write_calibration
+    from rdusim.validation.calibrate import calibrate, write_calibration
+    from rdusim.validation.defaults import DRAWS
 
     if args.draws < 32:
         raise SpecError(
@@ -138,7 +139,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the evidence commands: reproduce, validate, calibrate."""
-    from rdusim.validation.calibrate import DRAWS, SEED
+    from rdusim.validation.defaults import DRAWS, SEED
 
     r = sub.add_parser(
         "reproduce",

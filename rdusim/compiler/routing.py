@@ -21,8 +21,6 @@ from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import fft as sfft
-from scipy.special import ndtr
 
 __all__ = [
     "EXACT_FFT_POINTS",
@@ -272,6 +270,8 @@ def _slot_windows(pi: FloatArray, n: int) -> tuple[IntArray, IntArray, int]:
     half = 12.0 + np.sqrt(144.0 + 72.0 * n * (pi * (1.0 - pi)).sum(axis=1))
     lo = np.maximum(0, np.floor(mean - half)).astype(np.int64)
     hi = np.minimum(n * pi.shape[1], np.ceil(mean + half)).astype(np.int64)
+    from scipy import fft as sfft  # only the exact expert-parallel maximum needs it
+
     length = sfft.next_fast_len(int(max((hi - lo).max() + 1, pi.shape[1] + 1)), real=True)
     return lo, hi, length
 
@@ -284,6 +284,8 @@ def _exact_max_slots(pi: FloatArray, n: int) -> float:
     x = start (the highest window start): position i holds P(S_j = start + i) up to the block's
     window end, and past it the mass below `start` that wrapped around, which is P(S_j < start).
     """
+    from scipy import fft as sfft  # only the exact expert-parallel maximum needs it
+
     lo, hi, length = _slot_windows(pi, n)
     start, stop = int(lo.max()), int(hi.max())
     char = sfft.rfft(_poisson_binomial_pmf(pi), n=length, axis=1)
@@ -352,6 +354,8 @@ def _edgeworth_cdf(z: FloatArray, skew: FloatArray, kurt: FloatArray) -> FloatAr
         + kurt / 24.0 * z * (z2 - 3.0)
         + skew * skew / 72.0 * z * ((z2 - 10.0) * z2 + 15.0)
     )
+    from scipy.special import ndtr
+
     return ndtr(z) - np.exp(-0.5 * z2) / _SQRT_2PI * series
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.uncertainty.ensemble import ENSEMBLE_FILE, Ensemble
 from rdusim.uncertainty.parameters import PARAMETERS, values_of
+from rdusim.validation.defaults import DRAWS, MEMBERS, SEED
 from rdusim.validation.items import Evidence, shipped_evidence
 from rdusim.validation.likelihood import sigma
 from rdusim.validation.posterior import (
@@ -40,9 +41,6 @@ from rdusim.validation.posterior import (
     systematic_resample,
 )
 
-SEED = 20251105  # the SnapStream paper's arXiv date: any fixed seed would do
-DRAWS = 512  # importance-sampling draws priced exactly
-MEMBERS = 64  # parameter sets in the shipped ensemble
 START_DISCREPANCY = 0.1  # where the mode search starts the model error (the prior's middle)
 PINNED_SHARE = 0.05  # an item pins a parameter when it carries this share of its information
 
