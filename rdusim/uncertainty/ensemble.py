@@ -40,6 +40,9 @@ class Ensemble:
     discrepancy: float
     parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
     fitted_items: tuple[str, ...] = ()
+    # for each deployment the evidence shares, the posterior weight of each reading of what its
+    # source leaves open
+    readings: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [n for n in self.names if n not in BY_NAME]
@@ -83,6 +86,7 @@ class Ensemble:
             "members": [list(m) for m in self.members],
             "parameters": self.parameters,
             "fitted_items": list(self.fitted_items),
+            "readings": self.readings,
         }
 
     @classmethod
@@ -96,6 +100,7 @@ class Ensemble:
             discrepancy=float(data["discrepancy"]),
             parameters=dict(data.get("parameters", {})),
             fitted_items=tuple(data.get("fitted_items", ())),
+            readings=dict(data.get("readings", {})),
         )
 
 

@@ -175,6 +175,7 @@ def calibrate(
     chosen = [problem.theta(sample.u[i]) for i in picks]
     median = {n: float(np.median([c[n] for c in chosen])) for n in names}
     discrepancy = float(np.median([problem.discrepancy(sample.u[i]) for i in picks]))
+    readings = _reading_summary(problem, mode, lin.z0)
     ensemble = Ensemble(
         names=names,
         members=tuple(tuple(c[n] for n in names) for c in chosen),
@@ -186,10 +187,9 @@ def calibrate(
         discrepancy=discrepancy,
         parameters=_parameter_summaries(problem, sample, lin, mode),
         fitted_items=tuple(problem.fitted),
+        readings=readings,
     )
-    return Calibration(
-        problem, mode, cov, lin, sample, ensemble, _reading_summary(problem, mode, lin.z0)
-    )
+    return Calibration(problem, mode, cov, lin, sample, ensemble, readings)
 
 
 # --- writing ------------------------------------------------------------------------------------
