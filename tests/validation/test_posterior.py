@@ -285,16 +285,16 @@ def test_systematic_resample_depends_on_the_seed():
 
 
 def test_surrogate_chain_samples_the_analytic_posterior():
-    """32 walkers x 1500 kept steps, autocorrelation a few tens of steps: over a thousand
-    effective draws, so the mean is within ~0.03 sd and the covariance within ~5%; the bounds
-    allow several times that."""
+    """32 walkers x 1000 kept steps with an autocorrelation of a few tens of steps: several
+    hundred effective draws, so the mean lands within ~0.05 sd and each sd within ~5%; the
+    bounds allow about three times that."""
     problem = toy_problem()
     mean, cov = analytic_posterior()
     u = np.array([*mean, math.log(D0)])
     lin = linearise(problem, u)
     lap = laplace_covariance(problem, lin, u, problem.fitted)
-    chain, logp, tau = surrogate_chain(problem, lin, u, lap, seed=5)
-    assert chain.shape == (32 * 1500, 3) and logp.shape == (32 * 1500,)
+    chain, logp, tau = surrogate_chain(problem, lin, u, lap, steps=1200, burn=200, seed=5)
+    assert chain.shape == (32 * 1000, 3) and logp.shape == (32 * 1000,)
     assert 0 < tau < 150
     sd = np.sqrt(np.diag(cov))
     assert np.all(np.abs(chain[:, :2].mean(axis=0) - mean) < 0.15 * sd)
@@ -307,5 +307,6 @@ def test_surrogate_chain_samples_the_analytic_posterior():
     want = problem.log_post_at(chain[k], lin.at(chain[k]), problem.fitted)
     assert logp[k] == pytest.approx(want, rel=1e-10)
     # seeded
-    again, _, _ = surrogate_chain(problem, lin, u, lap, seed=5)
-    assert np.array_equal(chain, again)
+    a, _, _ = surrogate_chain(problem, lin, u, lap, steps=60, burn=10, seed=9)
+    b, _, _ = surrogate_chain(problem, lin, u, lap, steps=60, burn=10, seed=9)
+    assert np.array_equal(a, b)
