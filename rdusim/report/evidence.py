@@ -175,9 +175,9 @@ def _param_value(v: float | None, unit: str) -> str:
     if v is None:
         return "-"
     if unit == "s":
-        return f"{v * 1e6:.3g} us"
+        return f"{v * 1e3:.3g} ms" if v >= 1e-3 else f"{v * 1e6:.3g} us"
     if unit == "B/s":
-        return f"{v / 1e9:.3g} GB/s"
+        return f"{v / 1e12:.3g} TB/s" if v >= 1e12 else f"{v / 1e9:.3g} GB/s"
     return f"{v:.3g}"
 
 

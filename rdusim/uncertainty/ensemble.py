@@ -4,7 +4,8 @@ Members are stored as absolute values for the hardware they were fitted on. Appl
 hardware, each member moves that hardware's own values by the member's offset from the
 ensemble's median on the parameter's free scale (log or logit), so a what-if that changes a
 calibrated value (`--set calibration.hbm_efficiency=0.7`) shifts the whole ensemble with it,
-and the shipped presets, whose values are the median, get the members exactly.
+and the shipped presets, whose values are the median (to the four significant digits they are
+written with), get the members to that precision.
 """
 
 from __future__ import annotations

@@ -134,10 +134,19 @@ def values_of(hw: Hardware) -> dict[str, float]:
 
 
 def with_values(hw: Hardware, values: dict[str, float]) -> Hardware:
-    """A copy of `hw` with some calibrated parameters replaced (unknown names are an error)."""
+    """A copy of `hw` with some calibrated parameters replaced; an unknown name, or a value off
+    its parameter's range (a fraction outside (0, 1], a quantity not above 0), is a ValueError."""
     sections: dict[str, dict[str, Any]] = {}
+    unknown = sorted(set(values) - set(BY_NAME))
+    if unknown:
+        raise ValueError(
+            f"not calibrated parameters: {', '.join(unknown)} (known: {', '.join(BY_NAME)})"
+        )
     for name, value in values.items():
-        section, field = BY_NAME[name].path
+        p = BY_NAME[name]
+        if not (0 < value <= 1 if p.scale == Scale.LOGIT else 0 < value < math.inf):
+            raise ValueError(f"{name} = {value} is off its range")
+        section, field = p.path
         sections.setdefault(section, {})[field] = value
     update = {s: getattr(hw, s).model_copy(update=v) for s, v in sections.items()}
     return hw.model_copy(update=update)

@@ -6,7 +6,9 @@ rates) and its call would load a different program, so each member re-runs alloc
 of the kernel and prices it with the closed form (`rdusim.cost.analytic`). The closed form sits
 within a few percent of the simulator; to keep that small difference out of the spread, each
 kernel's closed-form pipeline time is scaled by the simulator's over the closed form's at the
-point. At the point itself the priced program is the simulated one exactly.
+point. At the point itself the priced program's total latency, call time and every kernel's
+latency are the simulated ones exactly (a looped kernel's scaled pipeline and period split that
+total differently from the simulator's; no report reads them from a priced program).
 
 Each member's allocation is priced on the compiled kernel itself and undone at once, so a
 pricer must not run beside other work on the same program (nothing in rdusim does).

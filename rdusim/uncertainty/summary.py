@@ -105,6 +105,12 @@ def split_by_term(
         Term.LINKS: max(0.0, -el("p2p_bandwidth") + el("p2p_latency_s") - barrier),
     }
     share = {t: max(0.0, v) for t, v in share.items()}
+    # finite steps over maxima can overshoot when two resources tie: keep the calls exact and
+    # scale the other terms into what is left
+    rest = sum(v for t, v in share.items() if t != Term.CALLS)
+    room = max(0.0, 1.0 - share[Term.CALLS])
+    if rest > room > 0:
+        share = {t: (v if t == Term.CALLS else v * room / rest) for t, v in share.items()}
     share[Term.FILL_DRAIN] = max(0.0, 1.0 - sum(share.values()))
     return {t: v * total for t, v in share.items()}
 

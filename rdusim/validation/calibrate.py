@@ -76,14 +76,6 @@ class Calibration:
         }
 
 
-def _weighted_quantiles(x: np.ndarray, w: np.ndarray, qs: Sequence[float]) -> list[float]:
-    order = np.argsort(x)
-    ranked = x[order]
-    cum = np.cumsum(w[order])
-    cum /= cum[-1]
-    return [float(ranked[min(int(np.searchsorted(cum, q)), len(x) - 1)]) for q in qs]
-
-
 def _pinned_by(problem: Problem, lin: Linearised, u: np.ndarray) -> dict[str, list[str]]:
     """For each parameter, the fitted items carrying at least `PINNED_SHARE` of the evidence's
     information about it (squared sensitivity over squared noise), largest first."""
@@ -99,19 +91,21 @@ def _pinned_by(problem: Problem, lin: Linearised, u: np.ndarray) -> dict[str, li
         out[p.name] = [i for i in ranked if total > 0 and info[i] / total >= PINNED_SHARE][:3]
         if not out[p.name] and total > 0:
             out[p.name] = ranked[:1]
+        if total == 0:  # a step function of the parameter: the capacity items computed exactly
+            out[p.name] = [i for i in problem.fitted if i in lin.exact][:3]
     return out
 
 
 def _parameter_summaries(
-    problem: Problem, sample: Sample, lin: Linearised, u: np.ndarray
+    problem: Problem, members: np.ndarray, lin: Linearised, u: np.ndarray
 ) -> dict[str, dict[str, Any]]:
-    w = sample.weights
+    """Each parameter's prior, its quantiles over the ensemble's members (the same sets every
+    interval is priced with), how much the evidence narrowed it, and what pins it."""
     pinned = _pinned_by(problem, lin, u)
     out: dict[str, dict[str, Any]] = {}
     for k, p in enumerate(problem.parameters):
         prior = problem.evidence.priors.parameters[p.name]
-        free = sample.u[:, k]
-        q = _weighted_quantiles(free, w, (0.05, 0.5, 0.95))
+        q = [float(np.quantile(members[:, k], f)) for f in (0.05, 0.5, 0.95)]
         prior_width = 2 * Z90 * problem.sd[k]
         out[p.name] = {
             "unit": p.unit,
@@ -185,7 +179,7 @@ def calibrate(
         f"steps), {len(sample.log_weights)} draws priced exactly and importance-weighted "
         f"(effective {sample.effective_size:.0f}), systematically resampled",
         discrepancy=discrepancy,
-        parameters=_parameter_summaries(problem, sample, lin, mode),
+        parameters=_parameter_summaries(problem, sample.u[picks], lin, mode),
         fitted_items=tuple(problem.fitted),
         readings=readings,
     )

@@ -30,7 +30,7 @@ from rdusim.validation.likelihood import responsibilities, sigma
 from rdusim.validation.measures import ItemModel, Run
 from rdusim.validation.posterior import Linearised, Problem, _maximise, laplace_covariance
 
-DRAWS = 96  # parameter sets per predicted item
+DRAWS = 160  # parameter sets per predicted item
 SEED = 7
 Progress = Callable[[str], None]
 RATE_METRICS = (Metric.THROUGHPUT, Metric.PER_USER)  # "decode throughput items"

@@ -186,7 +186,8 @@ class ItemModel:
         )
 
     def point_value(self) -> float:
-        """The value at the point under the first reading: the shipped mapping as it is."""
+        """The value at the point under the first reading: a shared deployment's first reading
+        is the shipped mapping's own setting, an item's own the first choice it lists."""
         return float(self.predict(None)[0, 0])
 
     def _value(

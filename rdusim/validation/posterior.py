@@ -331,8 +331,8 @@ def surrogate_chain(
     cov: np.ndarray,
     *,
     walkers: int = 32,
-    steps: int = 2000,
-    burn: int = 500,
+    steps: int = 4000,
+    burn: int = 1000,
     seed: int,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Draws from the linearised posterior by emcee's affine-invariant ensemble sampler
@@ -349,7 +349,8 @@ def surrogate_chain(
     sampler = emcee.EnsembleSampler(walkers, len(mode), log_prob, vectorize=True)
     sampler.random_state = np.random.RandomState(seed % (2**32)).get_state()
     sampler.run_mcmc(start, steps, progress=False)
-    tau = float(np.max(sampler.get_autocorr_time(discard=burn, quiet=True)))
+    # tol=0: report the estimate; the chain length is judged by the caller (steps / tau)
+    tau = float(np.max(sampler.get_autocorr_time(discard=burn, quiet=True, tol=0)))
     chain = sampler.get_chain(discard=burn, flat=True)
     logp = sampler.get_log_prob(discard=burn, flat=True)
     return chain, logp, tau

@@ -75,10 +75,11 @@ def test_hardware_at_the_exact_median_gets_each_member_exactly(shipped, hw):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_shipped_presets_get_each_member_to_the_presets_rounding(shipped, preset):
-    """The presets hold the median to four significant digits (not exactly), so a member comes
-    back within the rounding: at most 5e-4 of the value on the log scale, and for a fraction
-    the odds move by at most the rounding times 1/(1-v) of the median (< 3e-4 relative for the
-    shipped medians, all below 0.96); 1e-3 bounds both."""
+    """The presets hold the median to four significant digits, not exactly, so a member
+    comes back only to that rounding: on the log scale the member moves by the preset's
+    relative rounding (at most 5e-4); on the logit scale its odds do, which moves a fraction v
+    by at most (1 - v) times that. 1e-3 bounds both. Where the preset puts each member is
+    checked exactly by the hand computation."""
     hw = load_hardware(preset)
     for i, member_hw in enumerate(shipped.applied(hw)):
         got = values_of(member_hw)

@@ -56,6 +56,7 @@ noise = st.floats(min_value=0.01, max_value=1.0)
 offset = st.floats(min_value=-6.0, max_value=6.0)  # model log-value minus the figure's, in sigmas
 
 
+@settings(deadline=None)
 @given(y=figure, s=noise, k=offset)
 def test_value_is_the_normal_density_of_the_log_figure(y, s, k):
     z = math.log(y) + k * s
@@ -63,6 +64,7 @@ def test_value_is_the_normal_density_of_the_log_figure(y, s, k):
     assert got == pytest.approx(norm.logpdf(math.log(y), loc=z, scale=s), rel=1e-9, abs=1e-12)
 
 
+@settings(deadline=None)
 @given(y=figure, s=noise, k=offset)
 def test_lower_bound_is_the_chance_the_noisy_figure_is_above_it(y, s, k):
     z = math.log(y) + k * s
@@ -70,6 +72,7 @@ def test_lower_bound_is_the_chance_the_noisy_figure_is_above_it(y, s, k):
     assert got == pytest.approx(norm.logsf(math.log(y), loc=z, scale=s), rel=1e-9, abs=1e-12)
 
 
+@settings(deadline=None)
 @given(y=figure, s=noise, k=offset)
 def test_upper_bound_is_the_chance_the_noisy_figure_is_below_it(y, s, k):
     z = math.log(y) + k * s
@@ -77,6 +80,7 @@ def test_upper_bound_is_the_chance_the_noisy_figure_is_below_it(y, s, k):
     assert got == pytest.approx(norm.logcdf(math.log(y), loc=z, scale=s), rel=1e-9, abs=1e-12)
 
 
+@settings(deadline=None)
 @given(lo=figure, ratio=st.floats(1.01, 10.0), s=noise, k=st.floats(-4.0, 6.0))
 def test_range_is_the_chance_the_noisy_figure_falls_inside(lo, ratio, s, k):
     hi = lo * ratio
@@ -101,11 +105,6 @@ def test_bounds_by_hand():
     assert rng == pytest.approx(math.log(0.682689492137), rel=1e-9)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a range far above the model value is Phi(hi) - Phi(lo) with both near 1: it "
-    "cancels to 0 and is floored at 1e-300 (log -690.8) instead of the true tail",
-)
 def test_range_far_above_the_model_keeps_an_accurate_log_likelihood():
     # model at 0.5%, figure "2-5%", noise 0.15: 9.2 sigma below the range's bottom
     s, z = 0.15, np.array(math.log(0.5))
@@ -124,13 +123,16 @@ def test_log_values_floor_non_positive_values():
 TIMING = [m for m in Metric if m != Metric.MAX_BATCH]
 
 
+@settings(deadline=None)
 @given(metric=st.sampled_from(TIMING), p=st.floats(0.0, 0.5), d=st.floats(1e-6, 1.0))
 def test_timing_noise_is_the_root_of_precision_and_discrepancy_squared(metric, p, d):
+    """... and never below 0.1%: no figure is known better than that on the log scale."""
     assert sigma(make_item(1.0, precision=p, metric=metric), d) == pytest.approx(
-        math.hypot(p, d), rel=1e-12, abs=1e-300
+        max(math.hypot(p, d), 1e-3), rel=1e-12, abs=1e-300
     )
 
 
+@settings(deadline=None)
 @given(p=st.floats(0.0, 0.5), d=st.floats(0.0, 1.0))
 def test_max_batch_noise_is_the_precision_alone(p, d):
     got = sigma(make_item(64.0, precision=p, metric=Metric.MAX_BATCH), d)

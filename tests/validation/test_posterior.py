@@ -57,6 +57,7 @@ def test_shipped_priors_put_90_percent_of_their_mass_in_their_range(name):
     assert norm.cdf(lo, mean, sd) == pytest.approx(0.05, abs=1e-9)  # and symmetrically
 
 
+@settings(deadline=None)
 @given(low=st.floats(1e-8, 1e8), ratio=st.floats(1.001, 1e4))
 def test_a_log_prior_has_90_percent_in_range(low, ratio):
     prior = Prior(low=low, high=low * ratio, source="toy")
@@ -66,6 +67,7 @@ def test_a_log_prior_has_90_percent_in_range(low, ratio):
     assert mass == pytest.approx(0.90, abs=1e-9)
 
 
+@settings(deadline=None)
 @given(low=st.floats(0.01, 0.9), width=st.floats(0.01, 0.5))
 def test_a_logit_prior_has_90_percent_in_range_on_the_logit_scale(low, width):
     high = min(low + width, 0.99)
@@ -272,6 +274,7 @@ def test_systematic_resample_keeps_each_count_within_one_of_its_share(w, n, seed
     assert np.all(np.diff(picks) >= 0)  # systematic: in order
 
 
+@settings(deadline=None)
 @given(w=weights, n=st.integers(1, 100), seed=st.integers(0, 2**32 - 1))
 def test_systematic_resample_is_deterministic_for_a_seed(w, n, seed):
     w = np.array(w) / np.sum(w)
