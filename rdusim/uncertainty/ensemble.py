@@ -73,7 +73,10 @@ class Ensemble:
             values = {}
             for name, offset in self.offsets(i).items():
                 p = BY_NAME[name]
-                values[name] = p.from_free(p.to_free(p.get(hw)) + offset)
+                own = p.get(hw)
+                if own <= 0:  # a what-if with none of it (no link latency): nothing to spread
+                    continue
+                values[name] = p.from_free(p.to_free(own) + offset)
             out.append(with_values(hw, values))
         return out
 
