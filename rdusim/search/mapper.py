@@ -158,9 +158,10 @@ def auto_map(
     while batches:
         batch = batches.pop(0)
         tried.add(batch)
-        say(f"searching at batch {batch}")
+        say(f"searching at batch {batch} ({objective.value})")
         found = _search_at(rm, batch, objective, opts, cost, say, failures)
         if found is None:
+            say(f"no legal mapping at batch {batch}")
             continue
         bound = opts.latency_bound_s
         step = found.chosen.result.total_latency_s if found.chosen.result else math.inf
@@ -177,6 +178,7 @@ def auto_map(
             spec = found.mapping.spec.model_copy(update={"batch": batch})
             found.mapping = replace(found.mapping, spec=spec)
         found.seconds = time.perf_counter() - start
+        say(f"done in {found.seconds:.1f} s at batch {found.batch}")
         return found
     raise _nothing_found(rm, objective, opts, sorted(tried), failures)
 
@@ -319,10 +321,19 @@ def _search_at(
     counts, extra = _weights(rm, graphs)
     searches: dict[str, LayerSearch] = {}
     layer_options: dict[str, list[LayerOption]] = {}
-    for kind, graph in graphs.layers.items():
-        say(f"  {kind} layers: {len(graph)} ops")
+    kinds = list(graphs.layers)
+    for i, (kind, graph) in enumerate(graphs.layers.items(), start=1):
         search = LayerSearch(graph, kind, wl, ctx, cost, spec.orchestration)
+        plans = len(search.builders)
+        say(
+            f"layer kind {i}/{len(kinds)} ({kind}): {len(graph)} ops under {plans} sharding "
+            f"plan{'s' if plans != 1 else ''}"
+        )
         found = [o for o in search.options(opts.options_per_layer) if math.isfinite(o.layer_s)]
+        say(
+            f"layer kind {i}/{len(kinds)} ({kind}): {search.candidates_built} candidate kernels "
+            f"costed, {len(found)} cuts kept"
+        )
         if not found:
             failures.append(_no_kernel(rm, kind, search, batch))
             return None
@@ -334,12 +345,19 @@ def _search_at(
         candidates.append(looped)
     candidates.sort(key=lambda c: c.estimate_s)
     keep = max(opts.finalists, opts.alternatives + 1)
+    shown = min(keep, len(candidates))
+    say(
+        f"{len(candidates)} whole mappings estimated"
+        + (" (one with kernel looping)" if looped is not None else "")
+        + f"; simulating the best {shown}"
+    )
     finalists: list[MappingCandidate] = []
     for c in candidates:
         if len(finalists) == keep:
             break
         if _simulate(rm, c, batch, objective, failures):
             finalists.append(c)
+            say(f"simulated {len(finalists)}/{shown}")
     if not finalists:
         return None
     best = finalists[0]
