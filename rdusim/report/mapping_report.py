@@ -172,17 +172,37 @@ def _auto_lines(r: dict[str, Any], width: int) -> list[str]:
             if b["detail"]:
                 text += f" ({b['detail']})"
             lines.append(wrap_text(text, width, subsequent="      "))
+    # each runner-up says only how it differs from the chosen mapping: looping, plans, kernels
+    chosen_kernels = {
+        kind: [k["name"] for k in layer["kernels"]] for kind, layer in r["layers"].items()
+    }
     for i, alt in enumerate(r.get("alternatives") or [], start=1):
         key = "throughput_tokens_per_s" if "throughput_tokens_per_s" in alt else "total_latency_s"
         value = (
             f"{alt[key]:.0f} tokens/s" if key == "throughput_tokens_per_s" else seconds(alt[key])
         )
-        kernels = "; ".join(
-            f"{kind}: " + ", ".join(k["name"] for k in ks) for kind, ks in alt["kernels"].items()
-        )
-        looping = ", looped" if alt["kernel_looping"] else ""
+        looping = ""
+        if alt["kernel_looping"] != a["kernel_looping"]:
+            looping = ", looped" if alt["kernel_looping"] else ", not looped"
+        differs = [
+            f"{kind} plan: {label}"
+            for kind, label in (alt.get("sharding_plans") or {}).items()
+            if label != a["sharding_plans"].get(kind)
+        ]
+        same_kernels = True
+        for kind, ks in alt["kernels"].items():
+            names = [k["name"] for k in ks]
+            if names != chosen_kernels.get(kind):
+                differs.append(f"{kind}: " + ", ".join(names))
+                same_kernels = False
+        if same_kernels:
+            differs.append("the same kernels" + (" and plans" if len(differs) == 0 else ""))
         lines.append(
-            wrap_text(f"  alternative {i}: {value}{looping}; {kernels}", width, subsequent="      ")
+            wrap_text(
+                f"  alternative {i}: {value}{looping}; " + "; ".join(differs),
+                width,
+                subsequent="      ",
+            )
         )
     return [*lines, ""]
 
