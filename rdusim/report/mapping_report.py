@@ -133,11 +133,10 @@ def render_map_report(r: dict[str, Any], width: int | None = None) -> str:
     """The kernels of each layer kind, the HBM budget and the timing, within `width` columns
     (default: the terminal's)."""
     width = width or terminal_width()
-    ss = r["snapstream"]
     head = (
-        f"{r['mapping']}: {r['model']} on {r['hardware']} ({r['sockets']} sockets), {r['phase']}, "
-        f"batch {r['batch']}, seq_len {r['seq_len']}, SnapStream "
-        + (f"on (kv_len {ss['kv_len']})" if ss["enabled"] else "off")
+        f"{r['model']} on {r['hardware']} ({r['sockets']} sockets), {r['phase']}, "
+        f"batch {r['batch']}, seq_len {r['seq_len']}, {_snapstream_words(r)}; "
+        f"mapping {r['mapping']}"
     )
     lines = [wrap_text(head, width, subsequent="  "), wrap_text(LEGEND, width), ""]
     for kind, layer in r["layers"].items():
@@ -149,6 +148,17 @@ def render_map_report(r: dict[str, Any], width: int | None = None) -> str:
     summary = [wrap_text(text, width, subsequent="  ") for text in _summary(r)]
     lines += [*summary[:-1], *_calibration_lines(r, width), summary[-1]]
     return "\n".join(lines)
+
+
+def _snapstream_words(r: dict[str, Any]) -> str:
+    """'SnapStream on (kv_len 32768, 4x compressed)', or why the cache is not compressed."""
+    ss = r["snapstream"]
+    if not ss["enabled"]:
+        return "SnapStream off"
+    kv_len, seq_len = ss["kv_len"], r["seq_len"]
+    if kv_len is None or kv_len >= seq_len:
+        return f"SnapStream enabled, cache not compressed (kv_len {kv_len} >= seq_len {seq_len})"
+    return f"SnapStream on (kv_len {kv_len}, {seq_len / kv_len:.3g}x compressed)"
 
 
 def _auto_lines(r: dict[str, Any], width: int) -> list[str]:

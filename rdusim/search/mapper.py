@@ -31,7 +31,7 @@ from rdusim.compiler.compile import (
     looped_form,
 )
 from rdusim.compiler.program import Program
-from rdusim.errors import InfeasibleError, SpecError
+from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.graph import OpKind, Phase
 from rdusim.ir.model import ModelGraphs, build_model
 from rdusim.search.boundaries import Cut
@@ -188,7 +188,7 @@ def _check_weights(rm: ResolvedMapping) -> None:
     over the whole node: no fusion or sharding the search may choose makes them fit."""
     try:
         program = compile_mapping(rm, batch=1)  # the seed mapping: every op TP over the node
-    except SpecError:
+    except (SpecError, SpecErrors):
         return  # the seed does not compile; the search will find out why
     hbm = program.hbm
     if hbm.weights <= hbm.capacity:
@@ -458,6 +458,9 @@ def _simulate(
     does not compile or does not fit HBM."""
     try:
         program = compile_mapping(with_kernels(rm, c.kernels, c.looped), batch=batch)
+    except SpecErrors as many:
+        failures.append(many.errors[0])
+        return False
     except SpecError as exc:
         failures.append(exc)
         return False

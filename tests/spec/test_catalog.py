@@ -15,7 +15,17 @@ from rdusim.spec.model import load_model_config
 from rdusim.validation.data import mappings_dir as validation_mappings_dir
 
 MODELS = ["deepseek-r1", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b"]
-MAPPINGS = ["llama31_8b_decode", "llama31_8b_prefill", "r1_decode", "r1_prefill"]
+MAPPINGS = [
+    "llama31_405b_decode",
+    "llama31_405b_prefill",
+    "llama31_70b_decode",
+    "llama31_70b_prefill",
+    "llama31_8b_decode",
+    "llama31_8b_prefill",
+    "r1_decode",
+    "r1_decode_paper",
+    "r1_prefill",
+]
 
 
 @pytest.fixture
