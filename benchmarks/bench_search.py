@@ -28,8 +28,8 @@ CASES = [
     ("Llama-3.1-8B decode, batch 1", "llama31_8b_decode", ["batch=1"]),
     (
         "Llama-3.1-70B decode, batch 1, sn40l-8",
-        "llama31_8b_decode",
-        ["model=llama-3.1-70b", "hardware=sn40l-8", "batch=1"],
+        "llama31_70b_decode",
+        ["hardware=sn40l-8", "batch=1"],
     ),
 ]
 

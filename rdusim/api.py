@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
-from rdusim.errors import SpecError, SpecTypeError
+from rdusim.errors import SpecError, SpecErrors, SpecTypeError
 from rdusim.report.schema import build_report
 from rdusim.search.mapper import AutoMapping, SearchOptions, auto_map
 from rdusim.sim.model import SimResult, simulate
@@ -339,5 +339,5 @@ def _capacity(rm: ResolvedMapping, program: Program) -> int | None:
         return None
     try:
         return max_batch(rm)[0]
-    except SpecError:
+    except (SpecError, SpecErrors):
         return None

@@ -202,9 +202,36 @@ def _is_auto(mapping: str, overrides: list[str]) -> bool:
     return load_mapping(mapping, overrides).spec.kernels == "auto"
 
 
+def progress_bar(total: int, desc: str, unit: str) -> Any:
+    """A tqdm bar on stderr, shown only on a terminal (one that reports no size gets 80 x 24,
+    where tqdm would draw nothing)."""
+    import shutil
+
+    from tqdm import tqdm
+
+    shown = _stderr_is_tty()
+    size = shutil.get_terminal_size((80, 24))
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        file=sys.stderr,
+        disable=not shown,
+        ncols=size.columns if shown else None,
+        nrows=size.lines if shown else None,
+    )
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False
+
+
 def _progress(args: argparse.Namespace) -> Callable[[str], None] | None:
     """Search progress on stderr, when a person is watching it."""
-    if not sys.stderr.isatty():
+    if not _stderr_is_tty():
         return None
     return lambda message: print(f"auto-mapper: {message.strip()}", file=sys.stderr)
 

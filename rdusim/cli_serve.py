@@ -182,8 +182,7 @@ def _files(
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
+    from rdusim.cli_commands import progress_bar
     from rdusim.report.serving import dumps, render_point, render_points
     from rdusim.serving.serve import points_of, serve_points
     from rdusim.spec.workload import load_workload
@@ -193,14 +192,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     outputs = _outputs(args, len(points))
     workload = load_workload(args.workload)
     total = _check_points(args, workload, points)
-    with tqdm(
-        total=total,
-        desc="serve",
-        unit="req",
-        file=sys.stderr,
-        disable=not sys.stderr.isatty(),
-    ) as bar:
-        runs = serve_points(args.prefill, args.decode, workload, points, progress=bar.update)
+    with progress_bar(total, "serve", "req") as bar:
+
+        def starting(i: int, point: ServePoint) -> None:
+            where = f" {i + 1}/{len(points)} {point.label()}" if len(points) > 1 else ""
+            bar.set_description(f"serve{where}", refresh=True)
+
+        runs = serve_points(
+            args.prefill, args.decode, workload, points, progress=bar.update, starting=starting
+        )
     docs = [r.document for r in runs]
     document: Any = docs[0] if len(docs) == 1 else {"points": docs}
     files = _files(runs, document, outputs)

@@ -268,7 +268,11 @@ class Mapping:
         """Move an op into a new kernel `into`, right after the kernel it leaves, with that
         kernel's sharding and tiling (and the op's own override)."""
         self._texts(
-            op=op, into=into, layer=layer, call="m.split_op('o_proj', into='Out', layer='moe')"
+            op=op,
+            into=into,
+            layer=layer,
+            optional=False,  # the new kernel's layer kind must be named
+            call="m.split_op('o_proj', into='Out', layer='moe')",
         )
         data = _copy.deepcopy(self._data)
         label = self._edit_label()

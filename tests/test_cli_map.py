@@ -232,14 +232,14 @@ def test_trace_writes_a_chrome_trace(run_cli, mappings_dir, tmp_path):
 
 def test_unknown_op_in_a_kernel(run_cli, r1_mapping):
     path, text = r1_mapping(("ops: [attn_norm, q_a_proj,", "ops: [attn_norm, q_bogus,"))
-    err = assert_user_error(run_cli(["map", path]), path, "kernels.moe[0].ops[1]", "q_bogus")
+    err = assert_user_error(run_cli(["map", path]), path, "kernels.moe.QKV.ops[1]", "q_bogus")
     assert f"{path.name}:{line_with(text, 'q_bogus')}:" in err
 
 
 def test_op_in_two_kernels(run_cli, r1_mapping):
     path, text = r1_mapping(("ops: [o_proj]", "ops: [o_proj, attention]"))
     err = assert_user_error(
-        run_cli(["map", path]), path, "kernels.moe[4].ops[1]", "attention", "MHA"
+        run_cli(["map", path]), path, "kernels.moe.Output Proj.ops[1]", "attention", "MHA"
     )
     assert f":{line_with(text, 'ops: [o_proj, attention]')}:" in err
 
@@ -257,7 +257,7 @@ def test_tp_that_does_not_divide_the_heads(run_cli, r1_mapping):
         )
     )
     err = assert_user_error(
-        run_cli(["map", path]), path, "kernels.moe[3].sharding.tp", "7", "heads"
+        run_cli(["map", path]), path, "kernels.moe.MHA.sharding.tp", "7", "heads"
     )
     assert f":{line_with(text, 'tp: 7')}:" in err
 
@@ -265,7 +265,7 @@ def test_tp_that_does_not_divide_the_heads(run_cli, r1_mapping):
 def test_kv_block_too_large_for_sram(run_cli, r1_mapping):
     path, text = r1_mapping(("tiling: {kv_block: 8192}", "tiling: {kv_block: 1000000}"))
     err = assert_user_error(
-        run_cli(["map", path]), path, "kernels.moe[3].tiling", "SRAM", "MHA", "kv_block"
+        run_cli(["map", path]), path, "kernels.moe.MHA.tiling", "SRAM", "MHA", "kv_block"
     )
     assert f":{line_with(text, 'kv_block: 1000000')}:" in err
 
@@ -274,7 +274,7 @@ def test_tile_tokens_too_large_for_sram(run_cli, r1_mapping):
     path, _ = r1_mapping(
         ("tiling: {kv_block: 8192}", "tiling: {kv_block: 8192, tile_tokens: 131072}")
     )
-    assert_user_error(run_cli(["map", path]), path, "kernels.moe[3].tiling", "SRAM")
+    assert_user_error(run_cli(["map", path]), path, "kernels.moe.MHA.tiling", "SRAM")
 
 
 def test_malformed_yaml(run_cli, r1_mapping):
@@ -338,7 +338,9 @@ def test_kernels_out_of_dependency_order(run_cli, r1_mapping):
     dense = text.index("  dense:")
     swapped = text[:router] + text[ffn:dense] + text[router:ffn] + text[dense:]
     path, _ = r1_mapping(text=swapped, name="swapped.yaml")
-    assert_user_error(run_cli(["map", path]), path, "kernels.moe[5]", "MoE FFN", "Router", "later")
+    assert_user_error(
+        run_cli(["map", path]), path, "kernels.moe.MoE FFN", "MoE FFN", "Router", "later"
+    )
 
 
 def test_unknown_hardware(run_cli, r1_mapping):

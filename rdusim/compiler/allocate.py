@@ -28,6 +28,7 @@ from rdusim.errors import InfeasibleError
 from rdusim.ir.graph import CostClass, OpKind
 from rdusim.ir.ops import SIMD_OPS_PER_ELEMENT
 from rdusim.spec.hardware import Hardware
+from rdusim.spec.yamlio import kernel_key
 
 # flash attention: QK^T and PV each on a systolic PCU, the online softmax between them on SIMD
 ATTENTION_SYSTOLIC_PCUS = 2
@@ -252,7 +253,7 @@ def check_units(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> N
     over = unit_overflow(kernel, hw)
     if over is None:
         return
-    key = f"kernels.{kind}[{index}]" if index is not None else None
+    key = kernel_key(("kernels", kind, index), kernel.name) if index is not None else None
     raise InfeasibleError(
         f"kernel {kernel.name!r} cannot be placed: {over[1]}",
         key=key,

@@ -8,9 +8,12 @@ fits in the usable HBM of every socket (and whose kernels fit in SRAM).
 
 from __future__ import annotations
 
+import math
+
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
-from rdusim.errors import InfeasibleError, SpecError
+from rdusim.errors import InfeasibleError, SpecError, SpecErrors
+from rdusim.ir.model import summarize
 from rdusim.spec.mapping import ResolvedMapping
 
 MAX_BATCH = 1 << 16
@@ -23,7 +26,7 @@ def max_batch(rm: ResolvedMapping) -> tuple[int, Program]:
     while b <= MAX_BATCH:
         try:
             prog = compile_mapping(rm, batch=b)
-        except SpecError:
+        except (SpecError, SpecErrors):
             if best is None:
                 raise  # the mapping itself is wrong: report it
             break  # a larger batch overflows a kernel's SRAM: it does not fit either
@@ -40,22 +43,47 @@ def not_even_one(rm: ResolvedMapping, prog: Program) -> InfeasibleError:
     """Why batch 1 does not fit, and what would make it: the weights alone, or the cache too."""
     hbm = prog.hbm
     if hbm.weights > hbm.capacity:
-        problem = (
-            f"the weights alone need {hbm.weights / 1e9:.1f} GB per socket, and "
-            f"{hbm.capacity / 1e9:.1f} GB are usable"
-        )
-        fix = (
-            "shard every weight-holding op over all of the node's sockets (a degree below the "
-            "socket count keeps copies), use a node with more sockets, or a narrower weight dtype"
-        )
-    else:
-        problem = (
-            f"not even batch 1 fits: {hbm.used / 1e9:.1f} GB needed per socket (weights "
-            f"{hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}), "
-            f"{hbm.capacity / 1e9:.1f} GB usable"
-        )
-        fix = remedies(rm, "shorten seq_len", "use more sockets")
+        return _weights_do_not_fit(rm, prog)
+    problem = (
+        f"not even batch 1 fits: {hbm.used / 1e9:.1f} GB needed per socket (weights "
+        f"{hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}), "
+        f"{hbm.capacity / 1e9:.1f} GB usable"
+    )
+    fix = remedies(rm, "shorten seq_len", "use more sockets")
     return InfeasibleError(problem, file=rm.source.file, key="batch", fix=fix)
+
+
+def _weights_do_not_fit(rm: ResolvedMapping, prog: Program) -> InfeasibleError:
+    """The weights alone overflow a socket's HBM: the model's weights against what the node
+    holds, and whether sharding wider could help at all."""
+    hbm, sockets = prog.hbm, prog.sockets
+    total = hbm.weights * sockets if sockets else hbm.weights
+    model_total = summarize(rm.model).weight_bytes
+    dtype = rm.model.dtypes.weights or rm.model.default_weight_dtype
+    node = f"{rm.hardware.name}'s {sockets} socket{'s' if sockets != 1 else ''}"
+    if model_total > hbm.capacity * sockets:
+        needed = math.ceil(model_total / hbm.capacity)
+        return InfeasibleError(
+            f"{rm.model.name}'s weights ({model_total / 1e9:.0f} GB in {dtype}) do not fit "
+            f"{node}: they hold {hbm.capacity * sockets / 1e9:.0f} GB usable "
+            f"({hbm.capacity / 1e9:.1f} GB each), and sharded over all of them the weights need "
+            f"{hbm.weights / 1e9:.1f} GB per socket",
+            file=rm.source.file,
+            key="hardware",
+            fix=f"use a node with at least {needed} sockets of this kind"
+            + (" (--set hardware=sn40l-16)" if sockets < 16 and needed <= 16 else "")
+            + ", or a narrower weight dtype (dtypes.weights in a copy of the model file)",
+        )
+    return InfeasibleError(
+        f"the weights need {hbm.weights / 1e9:.1f} GB per socket ({total / 1e9:.0f} GB over "
+        f"{node}, against {model_total / 1e9:.0f} GB of {rm.model.name}'s weights: some are "
+        f"kept in copies), and {hbm.capacity / 1e9:.1f} GB are usable",
+        file=rm.source.file,
+        key="kernels",
+        fix="shard every weight-holding op over all of the node's sockets (a degree below the "
+        "socket count keeps copies; `tp: all` is every socket), use a node with more sockets, "
+        "or a narrower weight dtype",
+    )
 
 
 def remedies(rm: ResolvedMapping, *options: str, snapstream_helps: bool = True) -> str:

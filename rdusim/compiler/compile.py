@@ -14,8 +14,8 @@ from rdusim.compiler.experts import ExpertLoading, Routing
 from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
 from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
 from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, OpPlan, Program
-from rdusim.compiler.sharding import LayerInput, ShardContext, shard
-from rdusim.errors import SpecError
+from rdusim.compiler.sharding import LayerInput, ShardContext, shard, sharding_errors
+from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import ModelGraphs, build_model
 from rdusim.snapstream.config import SnapStreamConfig
@@ -212,7 +212,22 @@ def _layer_kernels(
     )
     fused = fuse(graph, kspecs, kind, known)
     check_overrides(fused, kind, known)
+    errors = sharding_errors(graph, fused, kind, shard_context(fused, wl, ctx))
+    if len(errors) > 1:
+        raise SpecErrors(errors)
+    if errors:
+        raise errors[0]
     return build_kernels(graph, fused, kind, wl, ctx)
+
+
+def _together(errors: list[SpecError]) -> SpecError | SpecErrors:
+    """The layer kinds' errors as one: the mistakes together, or, when every error is a
+    request that does not fit (which a sweep records and goes on), the first of them."""
+    mistakes = [e for e in errors if not isinstance(e, InfeasibleError)]
+    if not mistakes:
+        return errors[0]
+    unique = list({(e.key, e.problem): e for e in mistakes}.values())
+    return unique[0] if len(unique) == 1 else SpecErrors(unique)
 
 
 def looped_form(kernel: Kernel, hw: Hardware) -> Kernel:
@@ -335,6 +350,7 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
             fix="use rdusim.compiler.capacity.max_batch or give a number",
         )
     phase = Phase(spec.phase)
+    errors: list[SpecError] = []  # every layer kind's, reported together
     try:
         ss = snapstream_sizes(spec, rm.source.file)
         graphs = build_model(rm.model, phase, ss)
@@ -342,15 +358,26 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         ctx = compile_context(rm)
         layers: dict[str, LayerProgram] = {}
         for kind, graph in graphs.layers.items():
-            kernels = _layer_kernels(spec, rm, graph, kind, wl, ctx)
-            if spec.kernel_looping:
-                _check_looping(kind, kernels)
+            try:
+                kernels = _layer_kernels(spec, rm, graph, kind, wl, ctx)
+                if spec.kernel_looping:
+                    _check_looping(kind, kernels)
+            except SpecErrors as many:
+                errors += many.errors
+                continue
+            except SpecError as exc:
+                errors.append(exc)
+                continue
             count = graphs.layer_counts[kind]
             looped = spec.kernel_looping and count > 1
             if looped:
                 kernels = [looped_form(k, hw) for k in kernels]
             layers[kind] = LayerProgram(kind, count, graph, kernels, wl, looped=looped)
+        if errors:
+            raise _together(errors)
         extras = _extras(spec, graphs, wl, ctx)
+    except SpecErrors as many:
+        raise SpecErrors([rm.source.locate(e) for e in many.errors]) from None
     except SpecError as exc:
         raise rm.source.locate(exc) from None
     hbm = plan_hbm(_deployed(layers, extras), hw, wl, phase, ss.slots if ss else None)

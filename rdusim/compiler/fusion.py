@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rdusim.errors import SpecError
 from rdusim.ir.graph import Graph
 from rdusim.spec.mapping import KernelSpec
-from rdusim.spec.yamlio import did_you_mean, dotted
+from rdusim.spec.yamlio import did_you_mean, dotted, kernel_key
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def fuse(
                 path = _where(kind, i, "ops", j)
                 raise SpecError(
                     f"no op named {pattern!r} in the {kind} layer",
-                    key=dotted(path),
+                    key=kernel_key(path, k.name),
                     path=path,
                     fix=did_you_mean(pattern, known)
                     + "use an op name from `rdusim model MODEL --phase PHASE` (patterns like "
@@ -53,7 +53,7 @@ def fuse(
                     path = _where(kind, i, "ops", j)
                     raise SpecError(
                         f"op {n!r} is already in kernel {kernels[owner[n]].name!r}",
-                        key=dotted(path),
+                        key=kernel_key(path, k.name),
                         path=path,
                         fix="list each op in exactly one kernel",
                     )
@@ -76,7 +76,7 @@ def fuse(
             raise SpecError(
                 f"op {dst!r} in kernel {kernels[owner[dst]].name!r} needs {src!r}, which runs "
                 f"later in kernel {kernels[owner[src]].name!r}",
-                key=dotted(path),
+                key=kernel_key(path, kernels[owner[dst]].name),
                 path=path,
                 fix="move one of them, or reorder the kernels",
             )
@@ -126,4 +126,4 @@ def _stray_override(
     else:
         problem = f"override {pattern!r} matches no op of kernel {fk.spec.name!r}"
         fix = did_you_mean(pattern, fk.ops) + f"key it by an op of this kernel: {own}"
-    return SpecError(problem, key=dotted(path), path=path, fix=fix)
+    return SpecError(problem, key=kernel_key(path, fk.spec.name), path=path, fix=fix)

@@ -9,6 +9,7 @@ from rdusim.ir.attrs import AttentionAttrs
 from rdusim.ir.graph import CostClass, Graph, Op, OpKind, Phase, TensorKind, Workload
 from rdusim.ir.model import attention_window, cache_bytes
 from rdusim.spec.hardware import Hardware
+from rdusim.spec.yamlio import kernel_key
 
 # A blocking op (softmax over a whole row, a sort) holds its entire input before emitting; an
 # input larger than this fraction of SRAM is spilled: written to HBM and read back. A quarter
@@ -91,7 +92,7 @@ def check_sram(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> No
         raise InfeasibleError(
             f"kernel {kernel.name!r} needs {kernel.sram_bytes / 1e6:.3g} MB of SRAM per socket, "
             f"more than the {hw.socket.sram_bytes / 1e6:.3g} MB a socket has",
-            key=f"kernels.{kind}[{index}].tiling" if index is not None else None,
+            key=kernel_key(path, kernel.name) if index is not None else None,
             path=path or None,
             fix="use smaller tiles (tiling.tile_tokens, tiling.kv_block), shard wider, "
             "or split the kernel",

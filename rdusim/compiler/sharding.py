@@ -26,7 +26,7 @@ from rdusim.ir import ops as costs
 from rdusim.ir.attrs import AttentionAttrs, ElementwiseAttrs, GemmAttrs, head_count, window_of
 from rdusim.ir.graph import Graph, Op, OpKind, TensorKind, TPMode, Workload
 from rdusim.spec.mapping import Sharding
-from rdusim.spec.yamlio import dotted
+from rdusim.spec.yamlio import kernel_key
 
 R, T, F, P = Layout.R, Layout.T, Layout.F, Layout.P
 
@@ -69,24 +69,36 @@ class OpSharding:
     degree: int
     path: tuple[str | int, ...]  # where in the mapping this sharding was set
     seq_split: int = 1  # split-KV: sockets each sequence's cache is spread over
+    kernel: str = ""  # the name of the kernel it was set in
 
 
-def resolve_sharding(fk: FusedKernel, op: str, kind: str) -> OpSharding:
-    """The kernel's sharding, or the first per-op override whose pattern matches."""
+def resolve_sharding(fk: FusedKernel, op: str, kind: str, sockets: int) -> OpSharding:
+    """The kernel's sharding, or the first per-op override whose pattern matches, on a node of
+    `sockets` (a degree of `all` is every socket)."""
+    name = fk.spec.name
     for pattern, sh in fk.spec.overrides.items():
         if fnmatch.fnmatchcase(op, pattern):
-            return _op_sharding(sh, ("kernels", kind, fk.index, "overrides", pattern))
-    return _op_sharding(fk.spec.sharding, ("kernels", kind, fk.index, "sharding"))
+            where = ("overrides", pattern)
+            return _op_sharding(sh.on(sockets), kind, fk.index, name, where)
+    return _op_sharding(fk.spec.sharding.on(sockets), kind, fk.index, name, ("sharding",))
 
 
-def _op_sharding(sh: Sharding, path: tuple[str | int, ...]) -> OpSharding:
+def _op_sharding(
+    sh: Sharding, kind: str, index: int, name: str, where: tuple[str, ...]
+) -> OpSharding:
     strategy = sh.strategy
     degree = sh.degree if strategy != "replicate" else 1
-    return OpSharding(strategy, degree, (*path, strategy), sh.seq_split)
+    path: tuple[str | int, ...] = ("kernels", kind, index, *where, strategy)
+    return OpSharding(strategy, degree, path, sh.seq_split, name)
 
 
-def _error(msg: str, sh: OpSharding, fix: str) -> SpecError:
-    return SpecError(msg, key=dotted(sh.path), path=sh.path, fix=fix)
+def _error(
+    msg: str, sh: OpSharding, fix: str, path: tuple[str | int, ...] | None = None
+) -> SpecError:
+    """An error at the sharding `sh` (or at `path`, a sibling key), keyed as `--set` writes it:
+    by the kernel's name, not its position."""
+    path = path or sh.path
+    return SpecError(msg, key=kernel_key(path, sh.kernel), path=path, fix=fix)
 
 
 def is_cached_attention(op: Op) -> bool:
@@ -106,9 +118,9 @@ def small_batch_split(op: Op, sh: OpSharding, batch: int) -> OpSharding:
         return sh
     if is_cached_attention(op):
         dp = max(k for k in range(1, sh.degree + 1) if sh.degree % k == 0 and k <= batch)
-        return OpSharding("dp", dp, sh.path, sh.degree // dp)
+        return OpSharding("dp", dp, sh.path, sh.degree // dp, sh.kernel)
     if op.tp_mode == TPMode.HEADS and head_count(op.attrs) % sh.degree == 0:
-        return OpSharding("tp", sh.degree, sh.path)
+        return OpSharding("tp", sh.degree, sh.path, 1, sh.kernel)
     return sh
 
 
@@ -173,18 +185,18 @@ def _check_divisible(op: Op, sh: OpSharding, sockets: int) -> None:
                 degree_fix("experts", routed.experts, sockets),
             )
     if (sh.strategy == "sp" or sh.seq_split > 1) and not is_cached_attention(op):
-        sp_path = (*sh.path[:-1], "sp")
-        raise SpecError(
+        raise _error(
             f"sp (split-KV) applies to decode attention over a cache, not {op.name}",
-            key=dotted(sp_path),
-            path=sp_path,
-            fix="use tp or dp for this op (override it per op)",
+            sh,
+            "use tp or dp for this op (override it per op)",
+            path=(*sh.path[:-1], "sp"),
         )
     if span > sockets:
         raise _error(
             f"degree {span} exceeds the node's {sockets} sockets",
             sh,
-            f"use a degree that divides {sockets}",
+            f"use a degree that divides {sockets}, or `all` (every socket of whichever node "
+            "runs the mapping)",
         )
     if sockets % span:
         raise _error(
@@ -438,7 +450,7 @@ def _plan_op(
 ) -> OpPlan:
     wl = ctx.workload
     seq_parallel = ctx.prefill
-    sh = small_batch_split(op, resolve_sharding(fk, op.name, kind), wl.batch)
+    sh = small_batch_split(op, resolve_sharding(fk, op.name, kind, ctx.sockets), wl.batch)
     _check_divisible(op, sh, ctx.sockets)
     have = [st.layouts.get(t, R) for t in op.inputs]
     need, out = _required(op, sh, seq_parallel, graph, have)
@@ -531,6 +543,25 @@ def _correct_converted_writes(
         was = 1.0 if prod.out_layout == P else _share(prod.out_layout, prod.degree, units)
         now = _share(_TARGET[c.kind], prod.degree, units)
         prod.hbm_write = max(0.0, prod.hbm_write + nbytes * (now - was))
+
+
+def sharding_errors(
+    graph: Graph, fused: list[FusedKernel], kind: str, ctx: ShardContext
+) -> list[SpecError]:
+    """Every op's sharding checked against its dimensions and the node before anything is
+    built: one error per key, so a mapping's sharding mistakes are reported together."""
+    kernel_of = {n: fk for fk in fused for n in fk.ops}
+    found: dict[str, SpecError] = {}
+    for op in graph:
+        fk = kernel_of.get(op.name)
+        if fk is None:
+            continue
+        sh = resolve_sharding(fk, op.name, kind, ctx.sockets)
+        try:
+            _check_divisible(op, small_batch_split(op, sh, ctx.workload.batch), ctx.sockets)
+        except SpecError as exc:
+            found.setdefault(exc.key or "", exc)
+    return list(found.values())
 
 
 def shard(

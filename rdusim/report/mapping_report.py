@@ -133,11 +133,10 @@ def render_map_report(r: dict[str, Any], width: int | None = None) -> str:
     """The kernels of each layer kind, the HBM budget and the timing, within `width` columns
     (default: the terminal's)."""
     width = width or terminal_width()
-    ss = r["snapstream"]
     head = (
-        f"{r['mapping']}: {r['model']} on {r['hardware']} ({r['sockets']} sockets), {r['phase']}, "
-        f"batch {r['batch']}, seq_len {r['seq_len']}, SnapStream "
-        + (f"on (kv_len {ss['kv_len']})" if ss["enabled"] else "off")
+        f"{r['model']} on {r['hardware']} ({r['sockets']} sockets), {r['phase']}, "
+        f"batch {r['batch']}, seq_len {r['seq_len']}, {_snapstream_words(r)}; "
+        f"mapping {r['mapping']}"
     )
     lines = [wrap_text(head, width, subsequent="  "), wrap_text(LEGEND, width), ""]
     for kind, layer in r["layers"].items():
@@ -150,6 +149,17 @@ def render_map_report(r: dict[str, Any], width: int | None = None) -> str:
     summary = [wrap_text(text, width, subsequent="  ") for text in _summary(r)]
     lines += [*summary[:-1], *_calibration_lines(r, width), summary[-1]]
     return "\n".join(lines)
+
+
+def _snapstream_words(r: dict[str, Any]) -> str:
+    """'SnapStream on (kv_len 32768, 4x compressed)', or why the cache is not compressed."""
+    ss = r["snapstream"]
+    if not ss["enabled"]:
+        return "SnapStream off"
+    kv_len, seq_len = ss["kv_len"], r["seq_len"]
+    if kv_len is None or kv_len >= seq_len:
+        return f"SnapStream enabled, cache not compressed (kv_len {kv_len} >= seq_len {seq_len})"
+    return f"SnapStream on (kv_len {kv_len}, {seq_len / kv_len:.3g}x compressed)"
 
 
 def _auto_lines(r: dict[str, Any], width: int) -> list[str]:
@@ -174,17 +184,37 @@ def _auto_lines(r: dict[str, Any], width: int) -> list[str]:
             if b["detail"]:
                 text += f" ({b['detail']})"
             lines.append(wrap_text(text, width, subsequent="      "))
+    # each runner-up says only how it differs from the chosen mapping: looping, plans, kernels
+    chosen_kernels = {
+        kind: [k["name"] for k in layer["kernels"]] for kind, layer in r["layers"].items()
+    }
     for i, alt in enumerate(r.get("alternatives") or [], start=1):
         key = "throughput_tokens_per_s" if "throughput_tokens_per_s" in alt else "total_latency_s"
         value = (
             f"{alt[key]:.0f} tokens/s" if key == "throughput_tokens_per_s" else seconds(alt[key])
         )
-        kernels = "; ".join(
-            f"{kind}: " + ", ".join(k["name"] for k in ks) for kind, ks in alt["kernels"].items()
-        )
-        looping = ", looped" if alt["kernel_looping"] else ""
+        looping = ""
+        if alt["kernel_looping"] != a["kernel_looping"]:
+            looping = ", looped" if alt["kernel_looping"] else ", not looped"
+        differs = [
+            f"{kind} plan: {label}"
+            for kind, label in (alt.get("sharding_plans") or {}).items()
+            if label != a["sharding_plans"].get(kind)
+        ]
+        same_kernels = True
+        for kind, ks in alt["kernels"].items():
+            names = [k["name"] for k in ks]
+            if names != chosen_kernels.get(kind):
+                differs.append(f"{kind}: " + ", ".join(names))
+                same_kernels = False
+        if same_kernels:
+            differs.append("the same kernels" + (" and plans" if len(differs) == 0 else ""))
         lines.append(
-            wrap_text(f"  alternative {i}: {value}{looping}; {kernels}", width, subsequent="      ")
+            wrap_text(
+                f"  alternative {i}: {value}{looping}; " + "; ".join(differs),
+                width,
+                subsequent="      ",
+            )
         )
     return [*lines, ""]
 

@@ -294,8 +294,19 @@ def sweep_figure(
     """`y` against `x`, one line per combination of the `group_keys` values.
 
     Rows whose `status` is not `ok` (infeasible sweep points) are skipped, and the title says how
-    many, so a gap in a line is explained on the figure itself.
+    many, so a gap in a line is explained on the figure itself. Axes say what they show in words
+    and units (a time in s, ms or µs as suits it; sequence lengths as 32K, 64K, 128K), and a
+    line told apart by SnapStream keeps its colour (on orange, off grey).
     """
+    from rdusim.report.axes import (
+        axis_label,
+        is_seconds,
+        plain_ticks,
+        series_color,
+        time_unit,
+        tokens_label,
+    )
+
     lines: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
     skipped = sum(1 for r in rows if r.get("status", "ok") != "ok")
     for r in rows:
@@ -310,28 +321,39 @@ def sweep_figure(
         for pts in lines.values()
         for px, _ in pts
     )
-    for combo, pts in lines.items():
+    seconds = is_seconds(y)
+    scale, unit = time_unit(py for pts in lines.values() for _, py in pts) if seconds else (1, "")
+    for i, (combo, pts) in enumerate(lines.items()):
         label = ", ".join(f"{k}={_label(v)}" for k, v in zip(group_keys, combo, strict=True))
+        style: dict[str, Any] = {
+            "marker": "o",
+            "label": label or y,
+            "color": series_color(label, i),
+        }
         if numeric:
             pts = sorted(pts)
             xs_all += [float(px) for px, _ in pts]
-            ax.plot([px for px, _ in pts], [py for _, py in pts], marker="o", label=label or y)
+            ax.plot([px for px, _ in pts], [py * scale for _, py in pts], **style)
         else:
-            ax.plot(
-                [_label(px) for px, _ in pts], [py for _, py in pts], marker="o", label=label or y
-            )
+            ax.plot([_label(px) for px, _ in pts], [py * scale for _, py in pts], **style)
+    tokens = x == "seq_len" or x.endswith(".seq_len")
     if numeric and xs_all and min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 8:
         ax.set_xscale("log", base=2)
         ticks = sorted(set(xs_all))
-        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.set_xticks(ticks, [tokens_label(t) if tokens else f"{t:g}" for t in ticks])
         ax.minorticks_off()
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    elif numeric and tokens and xs_all:
+        ticks = sorted(set(xs_all))
+        ax.set_xticks(ticks, [tokens_label(t) for t in ticks])
+    elif numeric:
+        plain_ticks(ax, "x")
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel(axis_label(y, unit if seconds else None))
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.6g}")
     ax.grid(alpha=0.3)
     if group_keys:
         ax.legend(fontsize=9)
-    title = title or f"{y} vs {x}"
+    title = title or f"{axis_label(y)} vs {axis_label(x)}"
     if skipped:
         title += f"\n({skipped} infeasible point{'s' if skipped != 1 else ''} skipped)"
     ax.set_title(title)
@@ -348,30 +370,39 @@ def front_figure(
     """Layer time against peak kernel SRAM per socket: one stepped line per layer kind.
 
     `fronts` maps a label to (peak SRAM bytes, layer seconds, kernels) points, as the
-    auto-mapper's `front()` gives them; each point is annotated with its kernel count, so the
-    trade (fewer, bigger kernels for less time) is read off the figure.
+    auto-mapper's `front()` gives them; each point is annotated with its kernel count where the
+    label has room, so the trade (fewer, bigger kernels for less time) is read off the figure.
+    Times are in the unit that suits them (ms for a prefill layer, µs for a decode one).
     """
+    from rdusim.report.axes import declutter, plain_ticks, series_color, time_unit
+
     fig = Figure(figsize=(7, 4.2), layout="constrained")
     ax = fig.add_subplot()
-    for label, points in fronts.items():
+    scale, unit = time_unit(p[1] for points in fronts.values() for p in points)
+    labels = []
+    for i, (label, points) in enumerate(fronts.items()):
         pts = sorted(points)
         xs = [p[0] / 1e6 for p in pts]
-        ys = [p[1] * 1e6 for p in pts]
-        ax.step(xs, ys, where="post", marker="o", label=label)
+        ys = [p[1] * scale for p in pts]
+        ax.step(xs, ys, where="post", marker="o", label=label, color=series_color(label, i))
         for x, y, (_, _, kernels) in zip(xs, ys, pts, strict=True):
-            ax.annotate(
-                f"{kernels} kernel{'s' if kernels != 1 else ''}",
-                (x, y),
-                textcoords="offset points",
-                xytext=(4, 4),
-                fontsize=8,
+            labels.append(
+                ax.annotate(
+                    f"{kernels} kernel{'s' if kernels != 1 else ''}",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize=8,
+                )
             )
     if sram_capacity_bytes:
         ax.axvline(sram_capacity_bytes / 1e6, color="gray", linestyle=":", label="socket SRAM")
     ax.set_xscale("log", base=2)
+    plain_ticks(ax, "x")
     ax.set_xlabel("peak kernel SRAM per socket (MB)")
-    ax.set_ylabel("layer time (µs, closed-form estimate)")
+    ax.set_ylabel(f"layer time ({unit}, closed-form estimate)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9)
     ax.set_title(title or "latency against SRAM: the fastest mapping under each SRAM cap")
+    declutter(fig, labels)
     return fig

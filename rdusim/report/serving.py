@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from rdusim.report.axes import declutter, plain_ticks, series_color, time_unit
 from rdusim.report.console import seconds, si, table, wrap_text
 from rdusim.report.tables import to_csv
 
@@ -202,25 +203,29 @@ def latency_cdf_figure(
     series: Mapping[str, Mapping[str, Sequence[float]]], slo: Mapping[str, float] | None = None
 ) -> Figure:
     """CDFs of TTFT, TPOT and end-to-end latency; `series` maps a run's label to its values by
-    metric key (`ttft_s`, `tpot_s`, `e2e_s`)."""
+    metric key (`ttft_s`, `tpot_s`, `e2e_s`). Each metric is drawn in the unit that suits it
+    (TPOT in ms, say), each run in its colour (SnapStream on or off alike everywhere)."""
     fig = Figure(figsize=(13, 4.2), layout="constrained")
     axes = fig.subplots(1, 3)
     for ax, (key, label) in zip(axes, LATENCIES, strict=True):
-        for name, values in series.items():
-            xs = np.sort(np.asarray(values.get(key, []), dtype=float))
+        scale, unit = time_unit(v for vs in series.values() for v in vs.get(key, []))
+        for i, (name, values) in enumerate(series.items()):
+            xs = np.sort(np.asarray(values.get(key, []), dtype=float)) * scale
             if len(xs) == 0:
                 continue
             ys = np.arange(1, len(xs) + 1) / len(xs)
-            ax.step(xs, ys, where="post", label=name or "run")
+            color = series_color(name, i)
+            ax.step(xs, ys, where="post", label=name or "run", color=color)
         if slo and key in slo:
-            ax.axvline(slo[key], color="tab:red", linestyle="--", linewidth=1, label="SLO")
-        ax.set_xlabel(f"{label} (s)")
+            ax.axvline(slo[key] * scale, color="tab:red", linestyle="--", linewidth=1, label="SLO")
+        ax.set_xlabel(f"{label} ({unit})")
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
         positive = [v for vs in series.values() for v in vs.get(key, []) if v > 0]
         if positive and max(positive) / min(positive) > 100:
             ax.set_xscale("log")
+        plain_ticks(ax, "x")
         ax.set_title(label)
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
@@ -229,7 +234,8 @@ def latency_cdf_figure(
 
 
 def throughput_tpot_figure(docs: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
-    """Throughput against median TPOT, one line per setting, its points in order of rate."""
+    """Throughput against median TPOT (in ms or s, as suits), one line per setting, its points
+    in order of rate and labelled with it where the label has room."""
     groups: dict[str, list[tuple[float, float, float]]] = {}
     for d in docs:
         tpot = d["tpot_s"]["p50"]
@@ -240,17 +246,30 @@ def throughput_tpot_figure(docs: Sequence[Mapping[str, Any]], title: str = "") -
         groups.setdefault(point_label(d, with_rate=False), []).append((rate or 0.0, tpot, thr))
     fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
-    for name, pts in groups.items():
+    scale, unit = time_unit(p[1] for pts in groups.values() for p in pts)
+    labels = []
+    for i, (name, pts) in enumerate(groups.items()):
         pts.sort()
-        ax.plot([p[1] for p in pts], [p[2] for p in pts], marker="o", label=name or "run")
-        for rate, x, y in pts:
-            ax.annotate(
-                f"{rate:g}/s", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
+        xs = [p[1] * scale for p in pts]
+        ax.plot(
+            xs,
+            [p[2] for p in pts],
+            marker="o",
+            label=name or "run",
+            color=series_color(name, i),
+        )
+        for (rate, _, y), x in zip(pts, xs, strict=True):
+            labels.append(
+                ax.annotate(
+                    f"{rate:g}/s", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
+                )
             )
     tpots = [p[1] for pts in groups.values() for p in pts if p[1] > 0]
     if tpots and max(tpots) / min(tpots) > 10:
         ax.set_xscale("log")
-    ax.set_xlabel("median TPOT (s)")
+    plain_ticks(ax, "x")
+    ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.0f}")
+    ax.set_xlabel(f"median TPOT ({unit})")
     ax.set_ylabel("output tokens/s")
     ax.grid(alpha=0.3)
     ax.set_title(title or "throughput vs time per output token (labels: arrival rate)")
@@ -258,6 +277,7 @@ def throughput_tpot_figure(docs: Sequence[Mapping[str, Any]], title: str = "") -
         ax.legend(fontsize=9)
     else:
         ax.text(0.5, 0.5, "no runs with TPOT to plot", transform=ax.transAxes, ha="center")
+    declutter(fig, labels)
     return fig
 
 
@@ -265,10 +285,14 @@ def occupancy_figure(series: Mapping[str, Mapping[str, Any]]) -> Figure:
     """Occupied decode slots over time, one line per run (`slot_occupancy` of each)."""
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
-    for name, occ in series.items():
+    for i, (name, occ) in enumerate(series.items()):
         timeline = occ.get("timeline") or []
         ax.step(
-            [t for t, _ in timeline], [v for _, v in timeline], where="post", label=name or "run"
+            [t for t, _ in timeline],
+            [v for _, v in timeline],
+            where="post",
+            label=name or "run",
+            color=series_color(name, i),
         )
     ax.set_xlabel("time (s)")
     ax.set_ylabel("occupied decode slots")

@@ -254,20 +254,30 @@ class LayerSearch:
     def _boundary(
         self, plan: ShardingPlan, start: int, mid: int, end: int, apart_s: float
     ) -> Boundary:
+        """Why ops[start:mid] and ops[mid:end] are two kernels, in words that name the ops at
+        the boundary."""
         order = self.order
         after, before = order[mid - 1], order[mid]
         merged, merged_s = self.best_kernel(plan, start, end)
         if isinstance(merged, Refusal):
-            return Boundary(after, before, _LIMIT_REASON[merged.limit], merged.detail)
-        slower = f"one kernel {merged_s * 1e6:.1f} us vs {apart_s * 1e6:.1f} us apart"
-        # a blocking op before the boundary would hold back everything after it in one kernel
-        blocking = [n for n in order[start:mid] if self.graph.ops[n].blocking]
-        if blocking:
+            return Boundary(
+                after,
+                before,
+                _LIMIT_REASON[merged.limit],
+                f"{after} and {before} in one kernel ({order[start]} to {order[end - 1]}): "
+                f"{merged.detail}",
+            )
+        slower = f"one kernel {duration(merged_s)} vs {duration(apart_s)} apart"
+        # a blocking op before the boundary holds back the ops after it that need its output
+        waits = self._blocked_by(start, mid, end)
+        if waits is not None:
+            waiting, blocking = waits
             return Boundary(
                 after,
                 before,
                 BoundaryReason.BLOCKING_OP,
-                f"{', '.join(blocking)} must take in all its input before it emits; {slower}",
+                f"{waiting} would wait for {blocking}, which takes in all its input before it "
+                f"emits; {slower}",
             )
         shardings = self.builders[plan].shardings
         if shardings[after] != shardings[before]:
@@ -284,11 +294,49 @@ class LayerSearch:
             if c.src in order[start:mid] and c.dst in order[mid:end]
         ]
         if crossing:
-            c = crossing[0]
+            # the collective between the two ops at the boundary, else the first that crosses
+            c = next((c for c in crossing if c.src == after or c.dst == before), crossing[0])
             return Boundary(
-                after, before, BoundaryReason.COLLECTIVE, f"{c.kind} of {c.tensor}; {slower}"
+                after,
+                before,
+                BoundaryReason.COLLECTIVE,
+                f"{c.kind} of {c.tensor} from {c.src} to {c.dst} crosses it; {slower}",
             )
-        return Boundary(after, before, BoundaryReason.FASTER_APART, slower)
+        return Boundary(
+            after, before, BoundaryReason.FASTER_APART, f"{after} and {before} in {slower}"
+        )
+
+    def _blocked_by(self, start: int, mid: int, end: int) -> tuple[str, str] | None:
+        """(the first op after the boundary that needs a blocking op before it, the nearest
+        such blocking op), within ops[start:end]; None when nothing after waits on one."""
+        order = self.order
+        inside = set(order[start:end])
+        blocking_ancestors: dict[str, list[str]] = {}  # op -> blocking ops it (transitively) needs
+        for name in order[start:end]:
+            found: list[str] = []
+            for t in self.graph.ops[name].inputs:
+                src = self.graph.producer.get(t)
+                if src is None or src not in inside:
+                    continue
+                found += blocking_ancestors[src]
+                if self.graph.ops[src].blocking:
+                    found.append(src)
+            blocking_ancestors[name] = found
+        before = set(order[start:mid])
+        for name in order[mid:end]:
+            upstream = [b for b in blocking_ancestors[name] if b in before]
+            if upstream:
+                return name, max(upstream, key=order.index)
+        return None
+
+
+def duration(s: float) -> str:
+    """Seconds in the unit that suits them: '1.234 s', '90.537 ms', '830.1 us'."""
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.1f} us"
 
 
 def _label(sharding: object) -> str:

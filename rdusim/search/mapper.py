@@ -35,7 +35,7 @@ from rdusim.compiler.compile import (
     looped_form,
 )
 from rdusim.compiler.program import Program
-from rdusim.errors import InfeasibleError, SpecError
+from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.graph import OpKind, Phase
 from rdusim.ir.model import ModelGraphs, build_model
 from rdusim.search.boundaries import Cut
@@ -205,9 +205,10 @@ def auto_map(
     while batches:
         batch = batches.pop(0)
         tried.add(batch)
-        say(f"searching at batch {batch}")
+        say(f"searching at batch {batch} ({objective.value})")
         found = _search_at(rm, batch, objective, opts, cost, say, failures)
         if found is None:
+            say(f"no legal mapping at batch {batch}")
             continue
         bound = opts.latency_bound_s
         step = found.chosen.result.total_latency_s if found.chosen.result else math.inf
@@ -224,6 +225,7 @@ def auto_map(
             spec = found.mapping.spec.model_copy(update={"batch": batch})
             found.mapping = replace(found.mapping, spec=spec)
         found.seconds = time.perf_counter() - start
+        say(f"done in {found.seconds:.1f} s at batch {found.batch}")
         return found
     raise _nothing_found(rm, objective, opts, sorted(tried), failures)
 
@@ -233,7 +235,7 @@ def _check_weights(rm: ResolvedMapping) -> None:
     over the whole node: no fusion or sharding the search may choose makes them fit."""
     try:
         program = compile_mapping(rm, batch=1)  # the seed mapping: every op TP over the node
-    except SpecError:
+    except (SpecError, SpecErrors):
         return  # the seed does not compile; the search will find out why
     hbm = program.hbm
     if hbm.weights <= hbm.capacity:
@@ -366,10 +368,19 @@ def _search_at(
     counts, extra = _weights(rm, graphs)
     searches: dict[str, LayerSearch] = {}
     layer_options: dict[str, list[LayerOption]] = {}
-    for kind, graph in graphs.layers.items():
-        say(f"  {kind} layers: {len(graph)} ops")
+    kinds = list(graphs.layers)
+    for i, (kind, graph) in enumerate(graphs.layers.items(), start=1):
         search = LayerSearch(graph, kind, wl, ctx, cost, spec.orchestration)
+        plans = len(search.builders)
+        say(
+            f"layer kind {i}/{len(kinds)} ({kind}): {len(graph)} ops under {plans} sharding "
+            f"plan{'s' if plans != 1 else ''}"
+        )
         found = [o for o in search.options(opts.options_per_layer) if math.isfinite(o.layer_s)]
+        say(
+            f"layer kind {i}/{len(kinds)} ({kind}): {search.candidates_built} candidate kernels "
+            f"costed, {len(found)} cuts kept"
+        )
         if not found:
             failures.append(_no_kernel(rm, kind, search, batch))
             return None
@@ -381,12 +392,19 @@ def _search_at(
         candidates.append(looped)
     candidates.sort(key=lambda c: c.estimate_s)
     keep = max(opts.finalists, opts.alternatives + 1)
+    shown = min(keep, len(candidates))
+    say(
+        f"{len(candidates)} whole mappings estimated"
+        + (" (one with kernel looping)" if looped is not None else "")
+        + f"; simulating the best {shown}"
+    )
     finalists: list[MappingCandidate] = []
     for c in candidates:
         if len(finalists) == keep:
             break
         if _simulate(rm, c, batch, objective, failures):
             finalists.append(c)
+            say(f"simulated {len(finalists)}/{shown}")
     if not finalists:
         return None
     members = members_of(rm)
@@ -521,6 +539,9 @@ def _simulate(
     does not compile or does not fit HBM."""
     try:
         program = compile_mapping(with_kernels(rm, c.kernels, c.looped), batch=batch)
+    except SpecErrors as many:
+        failures.append(many.errors[0])
+        return False
     except SpecError as exc:
         failures.append(exc)
         return False

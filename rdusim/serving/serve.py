@@ -17,7 +17,7 @@ budget) x the model's KV bytes per token.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -290,11 +290,15 @@ def serve_points(
     workload: ResolvedWorkload,
     points: Sequence[ServePoint],
     progress: Progress | None = None,
+    starting: Callable[[int, ServePoint], None] | None = None,
 ) -> list[ServeRun]:
     """Run every point in order (each mapping pair and overrides simulated once); an error at
-    one of several points names it."""
+    one of several points names it. `starting`, if given, hears of each point (its index and
+    the point) before it runs."""
     runs = []
-    for point in points:
+    for i, point in enumerate(points):
+        if starting is not None:
+            starting(i, point)
         try:
             runs.append(serve(prefill, decode, workload, point, progress))
         except SpecError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    BeforeValidator,
     Discriminator,
     Field,
     PositiveInt,
@@ -46,11 +47,35 @@ from rdusim.spec.yamlio import (
     validate,
 )
 
-Degree = Annotated[int, Field(gt=0, le=1024)]
+MAX_DEGREE = 1024
+ALL_SOCKETS = "all"  # a degree meaning every socket of the node the mapping runs on
+
+
+def _node_degree(v: Any) -> Any:
+    """A sharding degree: a whole number of sockets, or 'all' (every socket of the node)."""
+    if v is None or v == ALL_SOCKETS:
+        return v
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise PydanticCustomError(
+            "degree_type",
+            "Input should be a whole number of sockets or 'all' (every socket of the node)",
+        )
+    if v < 1:
+        raise PydanticCustomError("greater_than", "Input should be greater than 0")
+    if v > MAX_DEGREE:
+        raise PydanticCustomError(
+            "less_than_equal", f"Input should be at most {MAX_DEGREE} (rdusim's limit)"
+        )
+    return v
+
+
+# 'all' keeps a mapping right on any node: sn40l-16 runs it as 16, sn40l-8 as 8
+Degree = Annotated[int | Literal["all"], BeforeValidator(_node_degree)]
 
 
 class Sharding(Strict):
     """How an op is split over sockets. At most one strategy; none (or degree 1) = replicated.
+    A degree is a number of sockets or `all`, every socket of the node (`on` resolves it).
 
     `sp` splits a decode attention's cached sequence over sockets (flash-decoding: each socket
     attends over its slice of every sequence, then the partial results are combined). It may
@@ -61,6 +86,11 @@ class Sharding(Strict):
     dp: Degree | None = None
     ep: Degree | None = None
     sp: Degree | None = None
+
+    def on(self, sockets: int) -> Sharding:
+        """This sharding on a node of `sockets`: every `all` replaced by the socket count."""
+        alls = {k: sockets for k in ("tp", "dp", "ep", "sp") if getattr(self, k) == ALL_SOCKETS}
+        return self.model_copy(update=alls) if alls else self
 
     @model_validator(mode="after")
     def _one(self) -> Sharding:
@@ -73,25 +103,34 @@ class Sharding(Strict):
 
     @property
     def strategy(self) -> str:
+        """The strategy; a degree of `all` counts as more than one socket (use `on` first on a
+        one-socket node)."""
         for k in ("tp", "dp", "ep", "sp"):
             v = getattr(self, k)
-            if v is not None and v > 1:
+            if v == ALL_SOCKETS or (v is not None and v > 1):
                 return k
         return "replicate"
 
     @property
     def degree(self) -> int:
-        """Sockets the chosen strategy spans (for dp with sp: the dp groups)."""
+        """Sockets the chosen strategy spans (for dp with sp: the dp groups); `on` resolves
+        `all` first."""
         strategy = self.strategy
-        return 1 if strategy == "replicate" else int(getattr(self, strategy))
+        return 1 if strategy == "replicate" else _sockets(getattr(self, strategy))
 
     @property
     def seq_split(self) -> int:
         """Sockets each sequence's cache is split over alongside dp (1 unless dp and sp are
         both given; `sp` alone is the strategy itself)."""
         if self.strategy == "dp" and self.sp is not None:
-            return int(self.sp)
+            return _sockets(self.sp)
         return 1
+
+
+def _sockets(v: int | str) -> int:
+    if isinstance(v, str):
+        raise ValueError(f"degree {v!r} needs the node's socket count: call Sharding.on first")
+    return v
 
 
 class Tiling(Strict):

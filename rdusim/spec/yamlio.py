@@ -290,6 +290,26 @@ def dotted(path: tuple[str | int, ...]) -> str:
     return out
 
 
+def kernel_key(path: tuple[str | int, ...], name: str | None) -> str:
+    """The dotted key of `path` as `--set` takes it: under `kernels`, the kernel named `name`
+    rather than numbered (`kernels.dense.Decoder.sharding.tp`, not `kernels.dense[0]...`)."""
+    if name and len(path) >= 3 and path[0] == "kernels" and isinstance(path[2], int):
+        return dotted((*path[:2], name, *path[3:]))
+    return dotted(path)
+
+
+def settable_key(path: tuple[str | int, ...], data: Any) -> str:
+    """`kernel_key` with the kernel's name read from the mapping's plain `data`."""
+    name = None
+    if len(path) >= 3 and path[0] == "kernels" and isinstance(path[2], int):
+        kernels = data.get("kernels") if isinstance(data, dict) else None
+        kind = kernels.get(path[1]) if isinstance(kernels, dict) else None
+        if isinstance(kind, list) and path[2] < len(kind) and isinstance(kind[path[2]], dict):
+            found = kind[path[2]].get("name")
+            name = found if isinstance(found, str) else None
+    return kernel_key(path, name)
+
+
 def parse_value(text: str) -> Any:
     """A `--set` value as YAML reads a scalar: `8192` -> int, `0.5` -> float, `true` -> bool;
     anything else (a word, a list, a mapping, null, malformed YAML) stays the text as given."""
@@ -366,7 +386,7 @@ def validate(model: type[M], data: Any, *, file: str, doc: Any = None, prefix: t
                 SpecError(
                     msg,
                     file=file,
-                    key=dotted(loc) or None,
+                    key=settable_key(loc, data) or None,
                     line=line_of(doc, loc) if doc is not None else None,
                     fix=_FIXES.get(err["type"], "see the documentation of this key"),
                 )

@@ -490,7 +490,7 @@ def test_a_kernel_over_the_pcus_is_refused_naming_its_largest_op():
     with pytest.raises(InfeasibleError) as info:
         check_units(k, "moe", 2, HW)
     err = info.value
-    assert err.key == "kernels.moe[2]" and err.path == ("kernels", "moe", 2)
+    assert err.key == "kernels.moe.big" and err.path == ("kernels", "moe", 2)
     assert "'big'" in err.problem and "'flash'" in err.problem
     assert "1041 PCUs" in err.problem and unit_overflow(k, HW)[0] == "PCUs"
     assert err.fix

@@ -58,8 +58,9 @@ def test_weights_that_do_not_fit_say_so(mappings_dir: Path) -> None:
     tiny = replace(rm, hardware=with_values(rm.hardware, {"hbm_usable_fraction": 0.1}))
     with pytest.raises(InfeasibleError) as info:
         max_batch(tiny)
-    assert info.value.key == "batch"
-    assert "the weights alone need" in str(info.value) and "shard every" in (info.value.fix or "")
+    assert info.value.key == "hardware"
+    assert "deepseek-r1's weights" in str(info.value) and "do not fit" in str(info.value)
+    assert "use a node with at least" in (info.value.fix or "")
 
 
 def test_not_even_batch_one_fits_is_a_user_error(mappings_dir: Path) -> None:

@@ -23,7 +23,7 @@ from rdusim.compiler.compile import (
 )
 from rdusim.compiler.fusion import fuse
 from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, Layout, OpPlan
-from rdusim.errors import SpecError
+from rdusim.errors import SpecError, SpecErrors
 from rdusim.ir import ops as costs
 from rdusim.ir.graph import CostClass, Graph, OpKind, Phase, TPMode, Workload
 from rdusim.ir.model import build_model
@@ -414,9 +414,10 @@ def test_kernel_looping_needs_one_kernel_per_layer(r1_mapping):
     path, text = r1_mapping(
         ("orchestration: software\n", "orchestration: software\nkernel_looping: true\n")
     )
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SpecErrors) as info:
         compile_mapping(load_mapping(path, ["seq_len=8192"]))
-    err = info.value
+    assert len(info.value.errors) == 2  # the dense and the moe layers, together
+    err = info.value.errors[0]
     assert err.key == "kernel_looping" and err.file == str(path)
     assert err.line == text.splitlines().index("kernel_looping: true") + 1
     assert "kernel_looping" in (err.fix or "")
@@ -462,7 +463,7 @@ def test_a_misspelt_override_is_located_with_a_suggestion(r1_mapping):
     with pytest.raises(SpecError) as info:
         compile_mapping(load_mapping(path, ["seq_len=8192"]))
     err = info.value
-    assert err.key == "kernels.moe[3].overrides.atention" and err.file == str(path)
+    assert err.key == "kernels.moe.MHA.overrides.atention" and err.file == str(path)
     assert err.line == line_of_text(text, "atention")
     assert (err.fix or "").startswith("did you mean 'attention'?")
 
@@ -478,7 +479,7 @@ def test_an_override_of_an_op_in_another_kernel_is_located(r1_mapping):
     with pytest.raises(SpecError) as info:
         compile_mapping(load_mapping(path, ["seq_len=8192"]))
     err = info.value
-    assert err.key == "kernels.moe[4].overrides.attn_residual"
+    assert err.key == "kernels.moe.Output Proj.overrides.attn_residual"
     assert err.line == line_of_text(text, "attn_residual: {tp: 8}")
     assert "attn_residual in 'Router'" in err.problem
 

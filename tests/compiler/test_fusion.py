@@ -78,7 +78,7 @@ def test_unknown_op_names_its_key_path(moe):
     with pytest.raises(SpecError) as info:
         fuse(moe, kernels, "moe")
     err = info.value
-    assert err.key == "kernels.moe[0].ops[1]"
+    assert err.key == "kernels.moe.QKV.ops[1]"
     assert err.path == ("kernels", "moe", 0, "ops", 1)
     assert "q_bogus" in err.problem and "moe" in err.problem
     assert err.fix
@@ -90,7 +90,7 @@ def test_an_op_in_two_kernels_is_refused(moe):
     with pytest.raises(SpecError) as info:
         fuse(moe, kernels, "moe")
     err = info.value
-    assert err.key == "kernels.moe[4].ops[1]"
+    assert err.key == "kernels.moe.Output Proj.ops[1]"
     assert "attention" in err.problem and "MHA" in err.problem
     assert "exactly one kernel" in (err.fix or "")
 
@@ -111,7 +111,7 @@ def test_kernels_out_of_dependency_order_are_refused(moe):
     with pytest.raises(SpecError) as info:
         fuse(moe, kernels, "moe")
     err = info.value
-    assert err.key == "kernels.moe[5].ops"
+    assert err.key == "kernels.moe.MoE FFN.ops"
     assert "MoE FFN" in err.problem and "Router" in err.problem and "later" in err.problem
 
 
@@ -133,7 +133,7 @@ def test_known_names_do_not_excuse_real_typos(moe, moe_plain):
     kernels = [*paper_kernels()[:-1], K("MoE FFN", "shared_*", "experts_*", "ffn_residul")]
     with pytest.raises(SpecError) as info:
         fuse(moe_plain, kernels, "moe", known)
-    assert info.value.key == "kernels.moe[6].ops[2]"
+    assert info.value.key == "kernels.moe.MoE FFN.ops[2]"
     assert (info.value.fix or "").startswith("did you mean 'ffn_residual'?")
 
 
@@ -147,7 +147,7 @@ def test_an_unknown_op_suggests_the_closest_name(moe):
     with pytest.raises(SpecError) as info:
         fuse(moe, kernels, "moe")
     err = info.value
-    assert err.key == "kernels.moe[3].ops[0]"
+    assert err.key == "kernels.moe.MHA.ops[0]"
     assert (err.fix or "").startswith("did you mean 'attention'?")
 
 
@@ -184,7 +184,7 @@ def test_an_override_matching_no_op_is_refused_with_a_suggestion(moe):
     with pytest.raises(SpecError) as info:
         check_overrides(fuse(moe, kernels, "moe"), "moe")
     err = info.value
-    assert err.key == "kernels.moe[3].overrides.atention"
+    assert err.key == "kernels.moe.MHA.overrides.atention"
     assert err.path == ("kernels", "moe", 3, "overrides", "atention")
     assert "'atention'" in err.problem and "'MHA'" in err.problem
     assert (err.fix or "").startswith("did you mean 'attention'?")
@@ -195,7 +195,7 @@ def test_an_override_of_another_kernels_op_names_that_kernel(moe):
     with pytest.raises(SpecError) as info:
         check_overrides(fuse(moe, kernels, "moe"), "moe")
     err = info.value
-    assert err.key == "kernels.moe[3].overrides.o_proj"
+    assert err.key == "kernels.moe.MHA.overrides.o_proj"
     assert "o_proj in 'Output Proj'" in err.problem
     assert "attention" in (err.fix or "")
 

@@ -25,7 +25,7 @@ from rdusim.compiler.sharding import (
     resolve_sharding,
     shard,
 )
-from rdusim.errors import SpecError
+from rdusim.errors import SpecError, SpecErrors
 from rdusim.ir import ops as costs
 from rdusim.ir.builders import deepseek, llama
 from rdusim.ir.graph import Phase, TensorKind
@@ -223,8 +223,8 @@ def test_overrides_first_matching_pattern_wins(r1_decode_moe):
         overrides={"attention": Sharding(dp=16), "att*": Sharding(tp=8)},
     )
     (fk,) = fuse(r1_decode_moe, [spec], "moe")
-    assert resolve_sharding(fk, "attention", "moe").strategy == "dp"
-    sh = resolve_sharding(fk, "o_proj", "moe")
+    assert resolve_sharding(fk, "attention", "moe", 16).strategy == "dp"
+    sh = resolve_sharding(fk, "o_proj", "moe", 16)
     assert (sh.strategy, sh.degree, sh.path) == ("tp", 16, ("kernels", "moe", 0, "sharding", "tp"))
 
 
@@ -233,7 +233,7 @@ def test_dp_with_sp_resolves_to_both_splits(r1_decode_moe):
         name="k", ops=["*"], sharding=Sharding(tp=16), overrides={"attention": {"dp": 4, "sp": 4}}
     )
     (fk,) = fuse(r1_decode_moe, [spec], "moe")
-    sh = resolve_sharding(fk, "attention", "moe")
+    sh = resolve_sharding(fk, "attention", "moe", 16)
     assert (sh.strategy, sh.degree, sh.seq_split) == ("dp", 4, 4)
     assert sh.path == ("kernels", "moe", 0, "overrides", "attention", "dp")
 
@@ -372,7 +372,7 @@ def test_tp_that_does_not_divide_the_heads(r1):
     wl = workload_for(Phase.PREFILL, 1, 4096, None)
     err = shard_error(g, "moe", wl, True, overrides={"attention": {"tp": 7}})
     assert "7" in err.problem and "heads" in err.problem and "128" in err.problem
-    assert err.key == "kernels.moe[0].overrides.attention.tp"
+    assert err.key == "kernels.moe.all.overrides.attention.tp"
     assert err.fix and err.fix.endswith("2, 4, 8 or 16")
 
 
@@ -382,13 +382,20 @@ def test_a_degree_that_divides_no_head_count_lists_the_ones_that_do(tmp_path):
     config = REPO / "tests" / "fixtures" / "configs" / "qwen2-7b.json"
     path = tmp_path / "qwen.yaml"
     path.write_text(text.replace("model: llama-3.1-8b\n", f"model: {config}\n"), encoding="utf-8")
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(SpecErrors) as info:
         compile_mapping(load_mapping(path))
-    err = info.value
-    assert "28 heads" in err.problem and err.key and err.key.endswith("sharding.tp")
-    assert (
-        err.fix == "use a degree that divides both the 28 heads and the node's 16 sockets: 2 or 4"
-    )
+    # every kernel whose tp16 splits heads is named, together, by its --set key
+    keys = [e.key for e in info.value.errors]
+    assert keys == [
+        "kernels.dense.SnapKV Compression.sharding.tp",
+        "kernels.dense.MHA.sharding.tp",
+    ], keys
+    for err in info.value.errors:
+        assert "28 heads" in err.problem
+        assert (
+            err.fix
+            == "use a degree that divides both the 28 heads and the node's 16 sockets: 2 or 4"
+        )
 
 
 @pytest.mark.parametrize(
@@ -417,20 +424,20 @@ def test_degree_beyond_the_node(r1):
         g, "moe", workload_for(Phase.PREFILL, 1, 4096, None), True, sharding={"tp": 32}
     )
     assert "32" in err.problem and "16 sockets" in err.problem
-    assert err.key == "kernels.moe[0].sharding.tp"
+    assert err.key == "kernels.moe.all.sharding.tp"
 
 
 def test_dp_times_sp_beyond_the_node(r1_decode_moe):
     wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
     err = shard_error(r1_decode_moe, "moe", wl, False, overrides={"attention": {"dp": 8, "sp": 4}})
     assert "32" in err.problem and "16 sockets" in err.problem
-    assert err.key == "kernels.moe[0].overrides.attention.dp"
+    assert err.key == "kernels.moe.all.overrides.attention.dp"
 
 
 def test_ep_on_an_op_without_experts(r1_decode_moe):
     wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
     err = shard_error(r1_decode_moe, "moe", wl, False, sharding={"ep": 16})
-    assert "ep" in err.problem and err.key == "kernels.moe[0].sharding.ep"
+    assert "ep" in err.problem and err.key == "kernels.moe.all.sharding.ep"
 
 
 @pytest.mark.parametrize("op", ["o_proj", "q_absorb", "experts_up_proj"])
@@ -438,7 +445,7 @@ def test_sp_on_an_op_without_a_cache(r1_decode_moe, op):
     wl = workload_for(Phase.DECODE, 16, KV_LEN, None)
     err = shard_error(r1_decode_moe, "moe", wl, False, overrides={op: {"sp": 16}})
     assert "sp" in err.problem and op in err.problem
-    assert err.key == f"kernels.moe[0].overrides.{op}.sp"
+    assert err.key == f"kernels.moe.all.overrides.{op}.sp"
     assert err.fix
 
 
@@ -447,7 +454,7 @@ def test_sp_on_prefill_attention_is_refused(r1):
     g = deepseek.build_layer(r1, "moe", "prefill")
     wl = workload_for(Phase.PREFILL, 1, 4096, None)
     err = shard_error(g, "moe", wl, True, overrides={"attention": {"sp": 16}})
-    assert "attention" in err.problem and err.key == "kernels.moe[0].overrides.attention.sp"
+    assert "attention" in err.problem and err.key == "kernels.moe.all.overrides.attention.sp"
 
 
 def test_sp_on_a_non_attention_op_is_located_in_the_mapping(tmp_path):
@@ -462,5 +469,5 @@ def test_sp_on_a_non_attention_op_is_located_in_the_mapping(tmp_path):
     err = info.value
     assert err.file == str(path)
     assert err.line == text.splitlines().index("        q_absorb: {sp: 16}") + 1
-    assert err.key == "kernels.moe[0].overrides.q_absorb.sp"
+    assert err.key == "kernels.moe.MLA.overrides.q_absorb.sp"
     assert "q_absorb" in err.problem

@@ -15,6 +15,10 @@ from rdusim.spec.model import load_model_config
 
 MODELS = ["deepseek-r1", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b"]
 MAPPINGS = [
+    "llama31_405b_decode",
+    "llama31_405b_prefill",
+    "llama31_70b_decode",
+    "llama31_70b_prefill",
     "llama31_8b_decode",
     "llama31_8b_prefill",
     "r1_decode",
