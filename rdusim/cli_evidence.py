@@ -89,10 +89,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print(render_validation(data))
     loo = result.summary
     sq = loo.sq_log_error
-    failed = (
-        loo.coverage_90 < COVERAGE_GOAL
-        or not (sq["rdusim"] < sq["null_constant"] and sq["rdusim"] < sq["null_roofline"])
-        or bool(result.unexpected())
+    # a 90% interval misses one item in ten by design: single misses are listed, and the run
+    # fails on the coverage and the null models (or, with --strict, on any miss)
+    failed = loo.coverage_90 < COVERAGE_GOAL or not (
+        sq["rdusim"] < sq["null_constant"] and sq["rdusim"] < sq["null_roofline"]
     )
     if args.strict:
         failed = failed or any(not p.inside_90 for p in result.predictions)
@@ -165,8 +165,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v = sub.add_parser(
         "validate",
         help="every fitted evidence item predicted without it (leave-one-out), with null "
-        "models; exit 1 when coverage or the null models fail, or an item misses without a "
-        "known reason",
+        "models; exit 1 when fewer than 80%% of the items fall inside their 90%% interval or "
+        "rdusim does not beat both null models",
     )
     v.add_argument("--json", action="store_true", help="print evidence, loo and readings as JSON")
     v.add_argument(
