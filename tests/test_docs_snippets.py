@@ -34,9 +34,7 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 # Commands that do not run here, by their first words, and why.
 SKIPPED = {
-    "rdusim reproduce": "README's validation sections are being rewritten with rdusim.validation",
-    "rdusim validate": "README's validation sections are being rewritten with rdusim.validation",
-    "rdusim calibrate": "README's validation sections are being rewritten with rdusim.validation",
+    "rdusim calibrate": "a calibration takes minutes; tests/test_cli_reproduce.py runs one (slow)",
 }
 
 
@@ -95,11 +93,12 @@ def commands() -> list[Command]:
 
 
 def _slow(argv: tuple[str, ...]) -> bool:
-    """Searches of R1, sweeps and serve grids take from ten seconds to a minute or two."""
+    """Searches of R1, sweeps, the paper's tables, validation and serve grids take from ten
+    seconds to a minute or two."""
     words = " ".join(argv)
     return (
         ("kernels=auto" in words and " r1_" in words)
-        or argv[1] == "sweep"
+        or argv[1] in ("sweep", "reproduce", "validate")
         or (argv[1] == "serve" and ("--rate" in argv or "," in words.split("--set")[-1]))
     )
 
