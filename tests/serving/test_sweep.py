@@ -298,3 +298,15 @@ def test_a_mapping_mistake_found_only_when_compiling_stops_the_sweep(
     assert code == 2, err
     assert "sweep point batch=1" in err and "atention" in err and "did you mean" in err
     assert not out.exists()
+
+
+def test_result_row_carries_the_headline_intervals() -> None:
+    """Each headline number's p05/p95 as columns (CSV) and the report's intervals nested (JSON)."""
+    iv = {"total_latency_s": {"p05": 0.09, "p50": 0.1, "p95": 0.12}}
+    report = {"batch": 8, "total_latency_s": 0.1, "intervals": {**iv, "layers.moe.x": {}}}
+    row = result_row((("batch", "8"),), report)
+    assert row["total_latency_s.p05"] == 0.09 and row["total_latency_s.p95"] == 0.12
+    assert row["tpot_s.p05"] is None  # a metric the report has no interval for
+    assert row["intervals"] == iv  # the headline metrics only
+    cols = columns([Axis("batch", ("8",))], [row])
+    assert "intervals" not in cols and "total_latency_s.p05" in cols
