@@ -200,10 +200,21 @@ def calibration_rows(params: Mapping[str, Mapping[str, Any]]) -> list[list[str]]
 
 
 CALIBRATION_HEADERS = ("parameter", "prior 90%", "median", "posterior 90%", "width", "pinned by")
+PINNED_INLINE_WIDTH = 120  # narrower, the items that pin each parameter are listed below
 
 
 def render_calibration(d: Mapping[str, Any], width: int | None = None) -> str:
     width = width or terminal_width()
+    rows = calibration_rows(d["parameters"])
+    pinned_inline = width >= PINNED_INLINE_WIDTH
+    headers = CALIBRATION_HEADERS if pinned_inline else CALIBRATION_HEADERS[:-1]
+    body = table(
+        headers,
+        rows if pinned_inline else [r[:-1] for r in rows],
+        align="<>>>><"[: len(headers)],
+        width=width,
+        wrap=(5, 0) if pinned_inline else (0,),
+    )
     lines = [
         wrap_text(
             f"posterior of {len(d['parameters'])} calibrated parameters given "
@@ -213,13 +224,7 @@ def render_calibration(d: Mapping[str, Any], width: int | None = None) -> str:
             "  ",
         ),
         "",
-        table(
-            CALIBRATION_HEADERS,
-            calibration_rows(d["parameters"]),
-            align="<>>>><",
-            width=width,
-            wrap=(5, 0),
-        ),
+        body,
         wrap_text(
             "width: the posterior's 90% interval over the prior's, on the parameter's free scale "
             "(1: the evidence does not narrow it); pinned by: the items carrying most of the "
@@ -228,5 +233,9 @@ def render_calibration(d: Mapping[str, Any], width: int | None = None) -> str:
             width,
         ),
     ]
+    if not pinned_inline:
+        lines.append("pinned by:")
+        for name, row in zip(d["parameters"], rows, strict=True):
+            lines += wrap_items(row[-1].split(", "), width, prefix=f"  {name}: ")
     lines += render_readings(d.get("readings") or {}, width)
     return "\n".join(lines)
