@@ -102,6 +102,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from rdusim.report.evidence import render_calibration
     from rdusim.spec.hardware import PRESETS, preset_path
+    from rdusim.uncertainty.ensemble import ENSEMBLE_FILE
     from rdusim.validation.calibrate import calibrate, write_calibration
     from rdusim.validation.defaults import DRAWS
 
@@ -111,13 +112,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         )
     folder: Path | None = None
     if args.write:
-        folder = Path(args.out) if args.out else preset_path(PRESETS[0]).parent
-        if not folder.is_dir():
-            raise SpecError(
-                f"{folder} is not a directory",
-                key="--out",
-                fix="name an existing directory to write ensemble.json and the presets into",
-            )
+        names = [ENSEMBLE_FILE, *(f"{p}.yaml" for p in PRESETS)]
+        folder = (
+            output_dir(args.out, "--out", names) if args.out else preset_path(PRESETS[0]).parent
+        )
     elif args.out:
         raise SpecError("--out only applies with --write", key="--out", fix="add --write")
     progress = _stderr_progress()
@@ -126,12 +124,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     finally:
         _done(progress)
     data = cal.as_dict()
+    written = []
+    if folder is not None:  # the fit took minutes: keep it before anything is printed
+        folder.mkdir(parents=True, exist_ok=True)
+        written = write_calibration(cal, folder, [preset_path(p) for p in PRESETS])
     if args.json:
         print(dump_json(data), end="")
     else:
         print(render_calibration(data))
-    if folder is not None:
-        written = write_calibration(cal, folder, [preset_path(p) for p in PRESETS])
+    if written:
         notes = sys.stderr if args.json else sys.stdout
         print(f"wrote {', '.join(p.name for p in written)} to {folder}/", file=notes)
     return 0

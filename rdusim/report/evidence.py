@@ -154,7 +154,11 @@ def _misses(items: Sequence[Mapping[str, Any]], width: int) -> list[str]:
     known = [p for p in items if not p["inside_90"] and p["known_miss"]]
     new = [p for p in items if not p["inside_90"] and not p["known_miss"]]
     if known:
-        out += ["", f"{len(known)} known misses (the model cannot reach them, and says why):"]
+        out += [
+            "",
+            f"{len(known)} known miss{'es' if len(known) != 1 else ''} (the model cannot reach "
+            f"{'them' if len(known) != 1 else 'it'}, and says why):",
+        ]
         out += [
             wrap_text(f"{p['id']}: {p['known_miss']}", min(width, 100), "  ", "    ") for p in known
         ]

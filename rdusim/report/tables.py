@@ -142,7 +142,10 @@ def _comparison_summary(cells: Sequence[Cell], width: int) -> list[str]:
     known = [c for c in failed if c.known_miss]
     new = [c for c in failed if not c.known_miss]
     if known:
-        lines.append(f"{len(known)} known misses (the model cannot reach them, and says why):")
+        lines.append(
+            f"{len(known)} known miss{'es' if len(known) != 1 else ''} (the model cannot reach "
+            f"{'them' if len(known) != 1 else 'it'}, and says why):"
+        )
         lines += [_wrapped(f"{c.table} {c.item}: {c.known_miss}", width) for c in known]
     if new:
         lines.append(

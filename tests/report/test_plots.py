@@ -1,4 +1,7 @@
-"""Figures of Tables 4 and 5 and of sweeps, from hand-made cells (no simulation here)."""
+"""Figures of Tables 4 and 5 and of sweeps, from hand-made cells (no simulation here): bars of
+the published figure beside rdusim's with its 90% interval as error bars, rdusim's label green
+when the published figure is inside the interval and red when not. Published figures are read
+from the evidence."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 from matplotlib.colors import to_rgba
+from matplotlib.container import BarContainer, ErrorbarContainer
 
 from rdusim.report.plots import (
     BAD_COLOR,
@@ -20,74 +24,80 @@ from rdusim.report.plots import (
     table5_figure,
     table5_values,
 )
+from rdusim.validation import paper as pp
 from rdusim.validation.cells import Cell
-from rdusim.validation.data import paper
+from rdusim.validation.items import shipped_evidence
 
-PUB = paper()
+EV = shipped_evidence()
+SRC = pp.SOURCE
+OUTLIER = 1  # the Table 4 kernel drawn outside its interval
+PROMPTS = [(tag, f"{seq // 1024}K") for seq, tag in pp.TABLE5_PROMPTS]
+
+
+def published(item_id: str) -> float:
+    return EV.item(f"{SRC}/{item_id}").low
 
 
 def table4_cells() -> list[Cell]:
-    cells = [
-        Cell("table4", name, value + 0.5, value, 2.0, "%", True)
-        for name, value in PUB["table4"]["shares_percent"].items()
-    ]
-    cells[1] = Cell(
-        "table4", cells[1].item, cells[1].published + 5.0, cells[1].published, 3.0, "%", True
-    )  # outside its band
+    cells = []
+    for k, item_id in enumerate(pp.TABLE4):
+        m = EV.item(f"{SRC}/{item_id}").measure
+        assert m is not None and m.kernels is not None
+        p = published(item_id)
+        sim = p + 5.0 if k == OUTLIER else 1.05 * p
+        cells.append(
+            Cell(
+                "table4",
+                m.kernels[0],
+                sim,
+                p,
+                "%",
+                True,
+                p05=0.8 * sim if k != OUTLIER else p + 1.0,
+                p95=1.2 * sim,
+                item_id=f"{SRC}/{item_id}",
+            )
+        )
+    parts = [c for c in cells if c.item in pp.SNAPSTREAM_KERNELS]
     cells.append(
         Cell(
             "table4",
             "SnapStream kernels (sum, must be below)",
-            2.5,
-            3.0,
-            0.0,
+            sum(c.simulated for c in parts),
+            published(pp.SNAPSTREAM_SUM),
             "%",
             False,
-            bound="max",
+            bound="upper",
         )
     )
     return cells
 
 
-def table5_cells() -> list[Cell]:
-    tol = PUB["table5"]["tolerance"]
+def table5_cells(miss: str = "64K throughput (SnapStream)") -> list[Cell]:
     cells = []
-    for row in PUB["table5"]["rows"]:
-        label = f"{row['seq_len'] // 1024}K"
-        for tag, name in (("no_ss", "no SnapStream"), ("ss", "SnapStream")):
-            cells.append(
-                Cell(
-                    "table5",
-                    f"{label} max batch ({name})",
-                    row[f"batch_{tag}"],
-                    row[f"batch_{tag}"],
-                    0.0,
-                    "seqs",
-                    True,
-                )
-            )
-        for tag, name in (("no_ss", "no SnapStream"), ("ss", "SnapStream")):
-            p = row[f"tput_{tag}"]
-            cells.append(
-                Cell(
-                    "table5",
-                    f"{label} throughput ({name})",
-                    0.95 * p,
-                    p,
-                    tol["throughput_relative"] * p,
-                    "tokens/s",
-                    False,
-                )
-            )
+    for tag, label in PROMPTS:
+        tput = {}
+        for suffix, name in (("base", "no SnapStream"), ("snap", "SnapStream")):
+            b = published(f"table5-maxbatch-{tag}-{suffix}")
+            cells.append(Cell("table5", f"{label} max batch ({name})", b, b, "seqs", True))
+            p = published(f"table5-throughput-{tag}-{suffix}")
+            cell_name = f"{label} throughput ({name})"
+            sim = 1.6 * p if cell_name == miss else 0.95 * p
+            tput[suffix] = Cell(
+                "table5", cell_name, sim, p, "tokens/s", suffix == "snap", p05=0.85 * sim,
+                p95=1.15 * sim,
+            )  # fmt: skip
+            cells.append(tput[suffix])
         cells.append(
             Cell(
                 "table5",
                 f"{label} improvement",
-                4.0,
-                row["improvement"],
-                tol["improvement_absolute"],
+                tput["snap"].simulated / tput["base"].simulated,
+                published(f"table5-improvement-{tag}"),
                 "x",
                 False,
+                p05=tput["snap"].p05 / tput["base"].p95,
+                p95=tput["snap"].p95 / tput["base"].p05,
             )
         )
     return cells
@@ -98,45 +108,137 @@ def _png(data: bytes) -> tuple[int, int]:
     return img.shape[0], img.shape[1]
 
 
-def test_table4_figure_renders_and_flags_the_outlier() -> None:
-    fig = table4_figure(table4_cells())
+def _errorbars(ax: Any) -> list[ErrorbarContainer]:
+    return [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+
+
+def _color(text: Any) -> tuple[float, ...]:
+    return to_rgba(text.get_color())
+
+
+def test_table4_figure_renders() -> None:
+    cells = table4_cells()
+    fig = table4_figure(cells)
     h, w = _png(figure_bytes(fig, "png"))
     assert h > 500 and w > 800
     svg = figure_bytes(fig, "svg")
-    assert b"<svg" in svg and b"QKV" in svg
+    assert b"<svg" in svg and cells[0].item.encode() in svg
     ax = fig.axes[0]
-    assert ax.get_yticklabels()[0].get_text() == "QKV"
-    colors = {t.get_text(): to_rgba(t.get_color()) for t in ax.texts}
-    bad = next(k for k in colors if "(+5.00 pt)" in k)
-    good = next(k for k in colors if "(+0.50 pt)" in k)
-    assert colors[bad] == to_rgba(BAD_COLOR) and colors[good] == to_rgba(OK_COLOR)
+    kernels = [c for c in cells if c.bound == "value"]
+    assert ax.get_yticklabels()[0].get_text() == kernels[0].item
+    assert len([c for c in ax.containers if isinstance(c, BarContainer)]) == 2 * len(kernels)
+    assert len(_errorbars(ax)) == len(kernels)  # every kernel has its interval
     assert "share" in ax.get_xlabel() and "%" in ax.get_xlabel()
     legend = ax.get_legend()
     assert legend is not None
     labels = [t.get_text() for t in legend.get_texts()]
     assert any("published" in t for t in labels) and any("simulated" in t for t in labels)
+    assert any("90% interval" in t for t in labels)
+
+
+def test_table4_error_bars_span_the_interval() -> None:
+    cells = [c for c in table4_cells() if c.bound == "value"]
+    bars = _errorbars(table4_figure(cells).axes[0])
+    for c, bar in zip(cells, bars, strict=True):
+        (segments,) = [lc.get_segments() for lc in bar.lines[2]]
+        (x0, _), (x1, _) = segments[0]
+        assert (min(x0, x1), max(x0, x1)) == pytest.approx((c.p05, c.p95))
+
+
+def test_table4_labels_are_green_inside_and_red_outside() -> None:
+    cells = table4_cells()
+    assert [c.within for c in cells[: len(pp.TABLE4)]].count(False) == 1
+    ax = table4_figure(cells).axes[0]
+    for c in cells[: len(pp.TABLE4)]:
+        (label,) = [t for t in ax.texts if t.get_text().startswith(f"{c.simulated:.2f}%  (")]
+        assert f"({c.p05:.2f}–{c.p95:.2f})" in label.get_text()
+        assert _color(label) == to_rgba(OK_COLOR if c.within else BAD_COLOR), c.item
+
+
+def test_table4_without_intervals_has_no_error_bars() -> None:
+    cells = [
+        Cell("table4", c.item, c.simulated, c.published, "%", True)
+        for c in table4_cells()
+        if c.bound == "value"
+    ]
+    ax = table4_figure(cells).axes[0]
+    assert _errorbars(ax) == []
+    colours = {
+        _color(t) for t in ax.texts if t.get_text().endswith("%") and "(" not in t.get_text()
+    }
+    assert to_rgba(BAD_COLOR) in colours  # a point that is not the published figure misses
+
+
+def test_table4_states_the_snapstream_bound() -> None:
+    cells = table4_cells()
+    bound = cells[-1]
+    fig = table4_figure(cells)
+    (note,) = [t.get_text() for t in fig.texts if "SnapStream kernels" in t.get_text()]
+    assert f"below {bound.published:g}%" in note and f"{bound.simulated:.2f}%" in note
+    assert note.endswith("[ok]" if bound.within else "[MISS]")
+    over = Cell("table4", bound.item, 2 * bound.published, bound.published, "%", False, "upper")
+    fig = table4_figure([*cells[:-1], over])
+    assert any(t.get_text().endswith("[MISS]") for t in fig.texts)
 
 
 def test_table5_figure_has_two_panels_with_improvement() -> None:
     fig = table5_figure(table5_cells(), {"128K": 32768, "64K": 16384, "32K": 8192})
     h, w = _png(figure_bytes(fig, "png"))
     assert h > 500 and w > 1000
+    assert b"<svg" in figure_bytes(fig, "svg")
     ax_b, ax_t = fig.axes[:2]
     assert "batch" in ax_b.get_ylabel() and "tokens/s" in ax_t.get_ylabel()
-    assert ax_t.get_xticklabels()[0].get_text().startswith("128K")
-    notes = [t.get_text() for t in ax_t.texts]
-    assert sum("×4.00 simulated" in n for n in notes) == 3
-    assert len(ax_b.patches) == len(ax_t.patches) == 12  # 3 prompt lengths x 4 bars
+    assert ax_b.get_yscale() == "log"
+    assert ax_t.get_xticklabels()[0].get_text().startswith(PROMPTS[0][1])
+    assert "SnapStream KV: 32K" in ax_t.get_xticklabels()[0].get_text()
+    assert len(ax_b.patches) == len(ax_t.patches) == 4 * len(PROMPTS)
+    assert _errorbars(ax_b) == []  # a maximum batch has no interval
+    assert len(_errorbars(ax_t)) == 2 * len(PROMPTS)
+    notes = [t.get_text() for t in ax_t.texts if "improvement" in t.get_text()]
+    assert len(notes) == len(PROMPTS)
+    for tag, _ in PROMPTS:
+        assert any(f"×{published(f'table5-improvement-{tag}'):g} paper" in n for n in notes)
+
+
+def test_table5_labels_are_green_inside_and_red_outside() -> None:
+    cells = table5_cells()
+    ax_t = table5_figure(cells).axes[1]
+    for c in cells:
+        if "throughput" not in c.item:
+            continue
+        text = f"{c.simulated:,.0f}" + ("*" if c.fitted else "")
+        (label,) = [t for t in ax_t.texts if t.get_text() == text]
+        assert _color(label) == to_rgba(OK_COLOR if c.within else BAD_COLOR), c.item
+    assert sum(not c.within for c in cells if "throughput" in c.item) == 1
+    # each improvement note, in prompt order, is coloured by its own interval
+    notes = [t for t in ax_t.texts if "improvement" in t.get_text()]
+    imps = [c for c in cells if c.item.endswith("improvement")]
+    assert len(notes) == len(imps) and {c.within for c in imps} == {True, False}
+    for note, c in zip(notes, imps, strict=True):
+        assert f"×{c.simulated:.2f} simulated" in note.get_text()
+        assert _color(note) == to_rgba(OK_COLOR if c.within else BAD_COLOR), c.item
+
+
+def test_an_improvement_outside_its_interval_is_red() -> None:
+    cells = [
+        Cell(c.table, c.item, c.simulated, c.published, c.unit, c.fitted, p05=0.5, p95=1.0)
+        if c.item.endswith("improvement")
+        else c
+        for c in table5_cells(miss="")
+    ]
+    notes = [t for t in table5_figure(cells).axes[1].texts if "improvement" in t.get_text()]
+    assert notes and all(_color(t) == to_rgba(BAD_COLOR) for t in notes)
 
 
 def test_table5_values_rejects_unknown_items() -> None:
-    assert set(table5_values(table5_cells())) == {"128K", "64K", "32K"}
+    labels = {label for _, label in PROMPTS}
+    assert set(table5_values(table5_cells())) == labels
     # cells of other tables printed beside Table 5 (the naive decode update) are left out
-    naive = Cell("text", "naive decode: on-chip memory vs ring buffer", 16.7, 4.6, 1.2, "x", False)
+    naive = Cell("text", "naive decode: on-chip memory vs ring buffer", 16.7, 4.6, "x", False)
     assert table5_values([*table5_cells(), naive]) == table5_values(table5_cells())
-    table5_figure([*table5_cells(), naive], {"128K": 32768, "64K": 16384, "32K": 8192})
+    table5_figure([*table5_cells(), naive])
     with pytest.raises(ValueError, match="unexpected"):
-        table5_values([Cell("table5", "something else", 1, 1, 0, "x", False)])
+        table5_values([Cell("table5", "something else", 1, 1, "x", False)])
 
 
 def test_sweep_figure_one_line_per_combination() -> None:
@@ -149,12 +251,7 @@ def test_sweep_figure_one_line_per_combination() -> None:
     ax = fig.axes[0]
     assert len(ax.lines) == 2
     assert sorted(str(line.get_label()) for line in ax.lines) == ["ss=false", "ss=true"]
-    assert np.asarray(ax.lines[0].get_xdata()).tolist() == [
-        8192,
-        16384,
-        32768,
-        65536,
-    ]  # sorted along x
+    assert np.asarray(ax.lines[0].get_xdata()).tolist() == [8192, 16384, 32768, 65536]
     assert ax.get_xscale() == "log"  # x spans a factor of 8 or more
     narrow = sweep_figure([r for r in rows if r["seq_len"] <= 32768], "seq_len", "tput", ["ss"])
     assert narrow.axes[0].get_xscale() == "linear"

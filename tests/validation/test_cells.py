@@ -16,7 +16,13 @@ def cell(simulated: float, published: float, **kw) -> Cell:
 
 @pytest.mark.parametrize(
     ("p05", "p95", "within"),
-    [(9.0, 11.0, True), (10.0, 10.5, True), (9.5, 10.0, True), (10.1, 12.0, False), (8, 9.9, False)],
+    [
+        (9.0, 11.0, True),
+        (10.0, 10.5, True),
+        (9.5, 10.0, True),
+        (10.1, 12.0, False),
+        (8, 9.9, False),
+    ],
 )
 def test_a_value_is_within_when_inside_the_interval(p05: float, p95: float, within: bool) -> None:
     c = cell(10.4, 10.0, p05=p05, p95=p95)
@@ -61,8 +67,14 @@ def test_lower_bound_without_an_interval() -> None:
 @pytest.mark.parametrize(
     ("p05", "p95", "within"),
     # "about 2-5": the interval must overlap [2, 5]
-    [(2.5, 4.0, True), (1.0, 2.0, True), (4.9, 8.0, True), (1.0, 9.0, True)]
-    + [(0.5, 1.9, False), (5.1, 6.0, False)],
+    [
+        (2.5, 4.0, True),
+        (1.0, 2.0, True),
+        (4.9, 8.0, True),
+        (1.0, 9.0, True),
+        (0.5, 1.9, False),
+        (5.1, 6.0, False),
+    ],
 )
 def test_range(p05: float, p95: float, within: bool) -> None:
     c = cell(3.0, 2.0, bound="range", published_high=5.0, p05=p05, p95=p95)

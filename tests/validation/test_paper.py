@@ -123,15 +123,26 @@ def test_table5_has_five_cells_per_prompt(cells) -> None:
         )
 
 
+def k90(item_id: str) -> float:
+    """How far a 90% predictive interval reaches beyond a point: exp(Z90 * sigma), the model's
+    discrepancy with the item's printed precision."""
+    ensemble = shipped_ensemble()
+    assert ensemble is not None
+    return math.exp(Z90 * sigma(EV.item(item_id), ensemble.discrepancy))
+
+
 def test_table5_improvement_is_the_ratio_of_its_throughputs(cells) -> None:
+    """The parameters move both throughputs alike, so the ratio's interval is the noise alone
+    around it (not the ratio of the two throughputs' intervals)."""
     t5 = by_label(cells["table5"])
     for _, _, label in PROMPTS:
         ss, no = t5[f"{label} throughput (SnapStream)"], t5[f"{label} throughput (no SnapStream)"]
         imp = t5[f"{label} improvement"]
-        assert imp.simulated == pytest.approx(ss.simulated / no.simulated, rel=1e-12)
-        # the interval's ends pair the pessimistic end of one with the optimistic end of the other
-        assert imp.p05 == pytest.approx(ss.p05 / no.p95)
-        assert imp.p95 == pytest.approx(ss.p95 / no.p05)
+        ratio = ss.simulated / no.simulated
+        assert imp.simulated == pytest.approx(ratio, rel=1e-12)
+        k = k90(ss.item_id)
+        assert (imp.p05, imp.p95) == pytest.approx((ratio / k, ratio * k), rel=1e-12)
+        assert imp.p95 / imp.p05 < (ss.p95 / ss.p05) * (no.p95 / no.p05)
 
 
 def test_table5_max_batch_grows_with_snapstream(cells) -> None:
@@ -146,21 +157,21 @@ def test_the_two_cells_of_one_configuration_agree(cells) -> None:
     """128K with SnapStream and 32K without both hold a 32K cache at the same batch."""
     t5 = by_label(cells["table5"])
     a, b = t5["128K throughput (SnapStream)"], t5["32K throughput (no SnapStream)"]
-    assert t5["128K max batch (SnapStream)"].simulated == t5["32K max batch (no SnapStream)"].simulated
+    assert (
+        t5["128K max batch (SnapStream)"].simulated == t5["32K max batch (no SnapStream)"].simulated
+    )
     assert a.simulated == pytest.approx(b.simulated, rel=1e-12)
 
 
 def test_intervals_are_the_ensemble_widened_by_the_discrepancy(cells) -> None:
     """A throughput cell's interval is its run's ensemble interval, each end moved out by
     exp(Z90 * sigma): the model's discrepancy with the item's precision."""
-    ensemble = shipped_ensemble()
-    assert ensemble is not None
     item_id = f"{SRC}/table5-throughput-128k-snap"
     mapping, sets = pp.shipped_sets(EV, item_id)
     assert mapping == "r1_decode_paper" and "batch=max" in sets
     report = run_mapping(mapping, sets).report
     q = report["intervals"]["throughput_tokens_per_s"]
-    k = math.exp(Z90 * sigma(EV.item(item_id), ensemble.discrepancy))
+    k = k90(item_id)
     assert k > 1
     c = next(c for c in cells["table5"] if c.item_id == item_id)
     assert c.simulated == pytest.approx(report["throughput_tokens_per_s"], rel=1e-12)
@@ -168,11 +179,24 @@ def test_intervals_are_the_ensemble_widened_by_the_discrepancy(cells) -> None:
     assert c.p95 == pytest.approx(q["p95"] * k, rel=1e-12)
 
 
+def test_a_figure_no_parameter_moves_gets_the_noise_around_its_point(cells) -> None:
+    """On-chip sizes and the prefill overhead's run pair have no ensemble spread: their
+    interval is the point widened by the noise alone. A maximum batch has none at all."""
+    for c in cells["text"]:
+        k = k90(c.item_id)
+        assert (c.p05, c.p95) == pytest.approx((c.simulated / k, c.simulated * k), rel=1e-9)
+    assert all(c.p05 is None for c in cells["table5"] if "max batch" in c.item)
+
+
 def test_text_cells(cells) -> None:
     text = by_label(cells["text"])
     overhead = text["prefill overhead (128K)"]
     prefill = item("prefill-overhead")
-    assert (overhead.bound, overhead.published, overhead.high) == ("range", prefill.low, prefill.high)
+    assert (overhead.bound, overhead.published, overhead.high) == (
+        "range",
+        prefill.low,
+        prefill.high,
+    )
     assert overhead.fitted and overhead.unit == "%"
     ratio = text["naive decode: on-chip memory vs ring buffer"]
     assert ratio.published == item("naive-decode-onchip-memory").value
