@@ -58,7 +58,7 @@ def loo_rows(items: Sequence[Mapping[str, Any]], nulls: bool) -> list[list[str]]
         row = [
             p["id"],
             _published({**p, "unit": unit}),
-            f"{value_text(p['p50'], shown)} ({interval})",
+            f"{value_text(p['point'], shown)} ({interval})",
             "yes" if p["inside_90"] else ("known" if p["known_miss"] else "NO"),
         ]
         if nulls:
@@ -72,8 +72,9 @@ LOO_HEADERS = ("item", "published", "rdusim (90% interval)", "in")
 NULL_HEADERS = ("err", "const", "roof")
 NULLS_FROM_WIDTH = 130  # the per-item null-model columns need this many columns
 LOO_LEGEND = (
-    "rdusim: the median of the predictive distribution from a posterior fitted without the item "
-    "(held-out items: with every fitted item), and its 90% interval"
+    "rdusim: the shipped mapping at the shipped calibration (what `rdusim map` prints for it), "
+    "and the 90% interval of the item's predictive distribution from a posterior fitted without "
+    "it (held-out items: with every fitted item)"
 )
 NULL_LEGEND = (
     "; err/const/roof: log error of rdusim's median and of the null models (constant step time; "
