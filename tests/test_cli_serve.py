@@ -74,7 +74,10 @@ def test_json_has_the_issue_keys_and_is_reproducible(run_cli, workload: Path) ->
     assert first == second
 
 
-def test_sweep_writes_files_and_a_trace(run_cli, workload: Path, tmp_path: Path) -> None:
+def test_sweep_writes_files_and_a_trace(
+    run_cli, workload: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for a row per point, labelled in full
     out = tmp_path / "out"
     code, text, err = serve(
         run_cli,

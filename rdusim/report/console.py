@@ -166,6 +166,52 @@ def _block(row: Sequence[str], widths: list[int], align: str) -> list[str]:
     ]
 
 
+def _measure(heads: Sequence[str], cells: Sequence[Sequence[str]]) -> tuple[list[int], list[int]]:
+    """Each column's natural width and its floor (the longest word it holds)."""
+    columns = [[h, *(r[i] for r in cells)] for i, h in enumerate(heads)]
+    natural = [max(len(c) for c in col) for col in columns]
+    floors = [max(_longest_word(c) for c in col) for col in columns]
+    return natural, floors
+
+
+def fits(
+    headers: Sequence[object],
+    rows: Sequence[Sequence[object]],
+    width: int,
+    wrap: Sequence[int] = (),
+) -> bool:
+    """Whether a table of these cells fits `width` with only the `wrap` columns wrapped, none
+    narrower than the longest word it holds."""
+    natural, floors = _measure([str(h) for h in headers], [[str(c) for c in r] for r in rows])
+    excess = sum(natural) + len(GAP) * (len(natural) - 1) - width
+    return excess - sum(max(0, natural[i] - floors[i]) for i in set(wrap)) <= 0
+
+
+def columns_to_show(
+    headers: Sequence[object],
+    rows: Sequence[Sequence[object]],
+    width: int,
+    *,
+    drop: Sequence[int],
+    wrap: Sequence[int] = (),
+) -> list[int]:
+    """The columns a table shows within `width`: every one when they fit, else all but
+    `drop[0]`, then all but `drop[0]` and `drop[1]`, and so on (the `wrap` columns wrapped as far
+    as their longest words); all but the whole of `drop` when nothing fits. Give the rows of
+    several tables with the same columns to have them drop the same ones."""
+    keep = list(range(len(headers)))
+    for k in range(len(drop) + 1):
+        keep = [i for i in range(len(headers)) if i not in drop[:k]]
+        if fits(
+            [headers[i] for i in keep],
+            [[r[i] for i in keep] for r in rows],
+            width,
+            [keep.index(i) for i in wrap if i in keep],
+        ):
+            break
+    return keep
+
+
 def table_blocks(
     headers: Sequence[str],
     rows: Sequence[Sequence[object]],
@@ -173,17 +219,24 @@ def table_blocks(
     *,
     width: int | None = None,
     wrap: Sequence[int] | None = None,
+    show: Sequence[int] | None = None,
 ) -> tuple[list[str], list[list[str]]]:
     """The header lines (with the rule) and each row's lines, so a caller can put notes between
     rows. Columns in `wrap` (default: the left-aligned ones, widest first) wrap in that order
     until the table fits `width` (default: the terminal's); other columns, numbers among them,
-    never wrap, and a table that cannot fit is printed at its natural width instead."""
+    never wrap, and a table that cannot fit is printed at its natural width instead. `show`
+    (indices, as `wrap`'s are) keeps only those columns (see `columns_to_show`)."""
     cells = [[str(c) for c in row] for row in rows]
     heads = [str(h) for h in headers]
     al = align or "<" + ">" * (len(heads) - 1)
+    if show is not None:
+        heads = [heads[i] for i in show]
+        cells = [[r[i] for i in show] for r in cells]
+        al = "".join(al[i] for i in show)
+        if wrap is not None:
+            wrap = [list(show).index(i) for i in wrap if i in show]
     columns = [[h, *(r[i] for r in cells)] for i, h in enumerate(heads)]
-    natural = [max(len(c) for c in col) for col in columns]
-    floors = [max(_longest_word(c) for c in col) for col in columns]
+    natural, floors = _measure(heads, cells)
     if wrap is None:
         wrap = sorted((i for i, a in enumerate(al) if a == "<"), key=lambda i: -natural[i])
     widths = _fit_widths(natural, floors, width or terminal_width(), wrap)
@@ -203,8 +256,9 @@ def table(
     *,
     width: int | None = None,
     wrap: Sequence[int] | None = None,
+    show: Sequence[int] | None = None,
 ) -> str:
     """A fixed-width table; `align` has one of '<' or '>' per column (default: text left), and
     long cells wrap to fit `width` (see `table_blocks`)."""
-    head, blocks = table_blocks(headers, rows, align, width=width, wrap=wrap)
+    head, blocks = table_blocks(headers, rows, align, width=width, wrap=wrap, show=show)
     return "\n".join([*head, *(line for b in blocks for line in b)])

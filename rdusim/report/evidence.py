@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rdusim.report.console import table, terminal_width, wrap_items, wrap_text
+from rdusim.report.console import fits, table, table_blocks, terminal_width, wrap_items, wrap_text
 
 USE_WORDS = {
     "fit": "fitted",
@@ -100,7 +100,7 @@ def render_validation(d: Mapping[str, Any], width: int | None = None) -> str:
     nulls = width >= NULLS_FROM_WIDTH
     headers = LOO_HEADERS + (NULL_HEADERS if nulls else ())
     align = "<>>^" + (">>>" if nulls else "")
-    lines.append(table(headers, loo_rows(loo["items"], nulls), align=align, width=width, wrap=(0,)))
+    lines += _loo_table(loo["items"], headers, align, nulls, width)
     lines.append(
         wrap_text(
             LOO_LEGEND + (NULL_LEGEND if nulls else " (--json: each item's null-model errors)"),
@@ -136,6 +136,26 @@ def render_validation(d: Mapping[str, Any], width: int | None = None) -> str:
     lines += render_readings(d.get("readings") or {}, width)
     lines += _misses(items, width)
     return "\n".join(lines)
+
+
+def _loo_table(
+    items: Sequence[Mapping[str, Any]], headers: Sequence[str], align: str, nulls: bool, width: int
+) -> list[str]:
+    """One row per item; where the ids do not fit whole, the items under their source's name
+    (`source/`), each row naming the item within it."""
+    rows = loo_rows(items, nulls)
+    if fits(headers, rows, width):
+        return table(headers, rows, align=align, width=width).splitlines()
+    for row in rows:
+        row[0] = row[0].split("/", 1)[-1]
+    head, blocks = table_blocks(headers, rows, align, width=width, wrap=(0,))
+    lines, source = list(head), None
+    for p, block in zip(items, blocks, strict=True):
+        if "/" in p["id"] and p["id"].split("/", 1)[0] != source:
+            source = p["id"].split("/", 1)[0]
+            lines.append(f"{source}/")
+        lines += block
+    return lines
 
 
 def render_readings(readings: Mapping[str, Mapping[str, float]], width: int) -> list[str]:

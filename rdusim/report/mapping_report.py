@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rdusim.report.console import (
+    columns_to_show,
     number_with,
     seconds,
     seconds_with,
@@ -30,8 +31,13 @@ KERNEL_HEADERS = (
     "bottleneck",
 )
 KERNEL_ALIGN = "<<>>><>>><"
-# columns that wrap when the table is too wide, first shrunk first
-KERNEL_WRAP = (9, 0, 1, 5)
+# columns that wrap when the table is too wide, first shrunk first (or the other way round,
+# when that wraps fewer rows)
+KERNEL_WRAP = (9, 0)
+# columns left out, in this order, when the table does not fit even so; sharding moves to the
+# ops line under each kernel ("ops (tp16): ...")
+KERNEL_DROP = (5, 3, 4, 1)
+SHARDING = 1
 LEGEND = (
     "per socket: SRAM, collectives (count: bytes, rounds); call: part of latency; "
     "op [dp16]: sharded unlike its kernel"
@@ -82,20 +88,21 @@ def sharding_cell(k: dict[str, Any]) -> str:
     return main
 
 
-def _ops_line(k: dict[str, Any], width: int) -> list[str]:
-    """The kernel's ops in order, an op whose sharding differs from the main one marked."""
+def _ops_line(k: dict[str, Any], width: int, folded: bool = False) -> list[str]:
+    """The kernel's ops in order, an op whose sharding differs from the main one marked; the
+    main sharding in the prefix when the table has no sharding column (`folded`)."""
     main = main_sharding(k)
     sharding = _op_sharding(k)
     items = [op if sharding.get(op, main) == main else f"{op} [{sharding[op]}]" for op in k["ops"]]
-    return wrap_items(items, width, prefix="  ops: ")
+    return wrap_items(items, width, prefix=f"  ops ({main}): " if folded else "  ops: ")
 
 
-def _kernel_row(k: dict[str, Any]) -> list[object]:
+def _kernel_row(k: dict[str, Any]) -> list[str]:
     return [
         k["name"],
         sharding_cell(k),
-        k["pcus"],
-        k["pmus"],
+        str(k["pcus"]),
+        str(k["pmus"]),
         si(k["sram_bytes"], "B"),
         _collectives(k),
         seconds(k["call_s"]) if k["call_s"] is not None else "-",
@@ -105,15 +112,48 @@ def _kernel_row(k: dict[str, Any]) -> list[object]:
     ]
 
 
-def _kernel_table(kernels: Sequence[dict[str, Any]], width: int) -> list[str]:
+def kernel_columns(r: dict[str, Any], width: int) -> list[int]:
+    """The kernel table's columns that fit `width`, the same for every layer kind: all of
+    them, or without collectives, PMUs, SRAM and sharding, in that order, as far as needed."""
+    rows = [_kernel_row(k) for layer in r["layers"].values() for k in layer["kernels"]]
+    return columns_to_show(KERNEL_HEADERS, rows, width, drop=KERNEL_DROP, wrap=KERNEL_WRAP)
+
+
+def _kernel_table(kernels: Sequence[dict[str, Any]], width: int, show: list[int]) -> list[str]:
     """One row per kernel, its ops on the lines below it."""
     rows = [_kernel_row(k) for k in kernels]
-    head, blocks = table_blocks(KERNEL_HEADERS, rows, KERNEL_ALIGN, width=width, wrap=KERNEL_WRAP)
+    head, blocks = min(
+        (
+            table_blocks(KERNEL_HEADERS, rows, KERNEL_ALIGN, width=width, wrap=wrap, show=show)
+            for wrap in (KERNEL_WRAP, KERNEL_WRAP[::-1])
+        ),
+        key=lambda table: sum(len(block) for block in table[1]),
+    )
     lines = list(head)
     for k, block in zip(kernels, blocks, strict=True):
         lines += block
-        lines += _ops_line(k, width)
+        lines += _ops_line(k, width, folded=SHARDING not in show)
     return lines
+
+
+def _legend(show: list[int], width: int) -> str:
+    """What the columns mean; below the full table's width, what was left out and where it is."""
+    if len(show) == len(KERNEL_HEADERS):
+        return LEGEND
+    per_socket = [
+        word for i, word in ((4, "SRAM"), (5, "collectives (count: bytes, rounds)")) if i in show
+    ]
+    parts = [f"per socket: {', '.join(per_socket)}"] if per_socket else []
+    parts.append("call: part of latency")
+    if SHARDING in show:
+        parts.append("op [dp16]: sharded unlike its kernel")
+    else:
+        parts.append("ops (tp16): the kernel's sharding, op [dp16]: an op sharded otherwise")
+    left = [KERNEL_HEADERS[i] for i in KERNEL_DROP if i not in show and i != SHARDING]
+    if left:
+        where = "; --ops lists the collectives" if 5 not in show else ""
+        parts.append(f"not shown in {width} columns: {', '.join(left)} (--json has them{where})")
+    return "; ".join(parts)
 
 
 def _layer_title(r: dict[str, Any], kind: str, layer: dict[str, Any]) -> str:
@@ -138,10 +178,11 @@ def render_map_report(r: dict[str, Any], width: int | None = None) -> str:
         f"batch {r['batch']}, seq_len {r['seq_len']}, {_snapstream_words(r)}; "
         f"mapping {r['mapping']}"
     )
-    lines = [wrap_text(head, width, subsequent="  "), wrap_text(LEGEND, width), ""]
+    show = kernel_columns(r, width)
+    lines = [wrap_text(head, width, subsequent="  "), wrap_text(_legend(show, width), width), ""]
     for kind, layer in r["layers"].items():
         lines.append(wrap_text(_layer_title(r, kind, layer), width, subsequent="  "))
-        lines += _kernel_table(layer["kernels"], width)
+        lines += _kernel_table(layer["kernels"], width, show)
         lines.append("")
     lines += _extras_lines(r, width)
     lines += _auto_lines(r, width)

@@ -25,7 +25,16 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from rdusim.report.axes import declutter, plain_ticks, series_color, time_unit
-from rdusim.report.console import seconds, si, table, wrap_text
+from rdusim.report.console import (
+    columns_to_show,
+    fits,
+    seconds,
+    si,
+    table,
+    table_blocks,
+    terminal_width,
+    wrap_text,
+)
 from rdusim.report.tables import to_csv
 
 STAT_KEYS = ("p50", "p90", "p99", "mean")
@@ -85,8 +94,13 @@ def _graphs_line(doc: Mapping[str, Any]) -> str:
     )
 
 
-def render_point(doc: Mapping[str, Any]) -> str:
-    """One run: what ran, the latency table, then throughput, goodput and occupancy."""
+LABEL = " " * 16  # the width of the labels of the lines under the latency table
+
+
+def render_point(doc: Mapping[str, Any], width: int | None = None) -> str:
+    """One run: what ran, the latency table, then throughput, goodput and occupancy, within
+    `width` columns (default: the terminal's)."""
+    width = width or terminal_width()
     settings = doc["settings"]
     slo = settings["slo"]
     head = [
@@ -103,7 +117,7 @@ def render_point(doc: Mapping[str, Any]) -> str:
         for row, (key, _) in zip(rows, LATENCIES, strict=True):
             q = iv.get(f"{key}.mean")
             row.append(f"{_s(q['p05']).split()[0]}–{_s(q['p95'])}" if q else "-")
-    lat = table(headers, rows, "<>>>>" + (">" if iv else ""))
+    lat = table(headers, rows, "<>>>>" + (">" if iv else ""), width=width)
     occ = doc["slot_occupancy"]
     rate = doc["arrival_rate"]
     tput = iv.get("throughput_tokens_per_s")
@@ -120,12 +134,18 @@ def render_point(doc: Mapping[str, Any]) -> str:
     ]
     if iv:
         tail.append(
-            wrap_text(
-                "(90% intervals: the same run under the calibration ensemble's members at the "
-                "5th and 95th percentile of the graphs' times)"
-            )
+            "(90% intervals: the same run under the calibration ensemble's members at the "
+            "5th and 95th percentile of the graphs' times)"
         )
-    return "\n".join([*head, "", lat, "", *tail])
+    return "\n".join(
+        [
+            *(wrap_text(line, width, subsequent="  ") for line in head),
+            "",
+            lat,
+            "",
+            *(wrap_text(line, width, subsequent=LABEL if line[0] != "(" else "") for line in tail),
+        ]
+    )
 
 
 def _goodput_line(doc: Mapping[str, Any], slo: Mapping[str, float] | None) -> str:
@@ -146,37 +166,73 @@ def point_label(doc: Mapping[str, Any], with_rate: bool = True) -> str:
     return ", ".join(parts)
 
 
-def render_points(docs: Sequence[Mapping[str, Any]]) -> str:
-    """A sweep: one row per run."""
-    rows = []
-    for d in docs:
-        rows.append(
-            [
-                point_label(d) or "-",
-                f"{d['throughput_tokens_per_s'] or 0:,.1f}",
-                "n/a"
-                if d["settings"]["slo"] is None
-                else f"{d['goodput_requests_per_s'] or 0:.4g}",
-                _s(d["ttft_s"]["p50"]),
-                _s(d["ttft_s"]["p99"]),
-                _s(d["tpot_s"]["p50"]),
-                _s(d["tpot_s"]["p99"]),
-                f"{d['mean_requests_in_system']:.4g}",
-                f"{100 * (d['slot_occupancy']['mean'] or 0):.0f}%",
-            ]
-        )
-    headers = [
-        "point",
-        "tokens/s",
-        "goodput/s",
-        "TTFT p50",
-        "TTFT p99",
-        "TPOT p50",
-        "TPOT p99",
-        "in system",
-        "slots used",
+POINT_HEADERS = (
+    "point",
+    "tokens/s",
+    "goodput/s",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "TPOT p99",
+    "in system",
+    "slots used",
+)
+# columns left out, in this order, when a sweep's table does not fit the terminal
+POINT_DROP = (7, 8, 4, 6)
+
+
+def _point_row(d: Mapping[str, Any], label: str) -> list[str]:
+    return [
+        label,
+        f"{d['throughput_tokens_per_s'] or 0:,.1f}",
+        "n/a" if d["settings"]["slo"] is None else f"{d['goodput_requests_per_s'] or 0:.4g}",
+        _s(d["ttft_s"]["p50"]),
+        _s(d["ttft_s"]["p99"]),
+        _s(d["tpot_s"]["p50"]),
+        _s(d["tpot_s"]["p99"]),
+        f"{d['mean_requests_in_system']:.4g}",
+        f"{100 * (d['slot_occupancy']['mean'] or 0):.0f}%",
     ]
-    return table(headers, rows, "<" + ">" * (len(headers) - 1))
+
+
+def render_points(docs: Sequence[Mapping[str, Any]], width: int | None = None) -> str:
+    """A sweep: one row per run, within `width` columns (default: the terminal's). Narrower
+    than the table, the runs are grouped under their `--set` values with a row per rate, and
+    then the least telling columns are left out (the legend says which)."""
+    width = width or terminal_width()
+    align = "<" + ">" * (len(POINT_HEADERS) - 1)
+    rows = [_point_row(d, point_label(d) or "-") for d in docs]
+    if fits(POINT_HEADERS, rows, width, (0,)) or any(d["settings"]["rate"] is None for d in docs):
+        show = columns_to_show(POINT_HEADERS, rows, width, drop=POINT_DROP, wrap=(0,))
+        text = table(POINT_HEADERS, rows, align, width=width, wrap=(0,), show=show)
+        return "\n".join([text, *_left_out(show, width)])
+    # one group per setting, a row per rate under it
+    groups: dict[str, list[list[str]]] = {}
+    for d in docs:
+        rate = f"{d['settings']['rate']:g}"
+        groups.setdefault(point_label(d, with_rate=False), []).append(_point_row(d, rate))
+    headers = ("rate/s", *POINT_HEADERS[1:])
+    everything = [r for g in groups.values() for r in g]
+    show = columns_to_show(headers, everything, width, drop=POINT_DROP)
+    head, blocks = table_blocks(headers, everything, ">" * len(headers), width=width, show=show)
+    lines, done = list(head), 0
+    for label, group in groups.items():
+        if label:
+            lines.append(wrap_text(f"{label}:", width, subsequent="  "))
+        lines += [line for b in blocks[done : done + len(group)] for line in b]
+        done += len(group)
+    return "\n".join([*lines, *_left_out(show, width)])
+
+
+def _left_out(show: Sequence[int], width: int) -> list[str]:
+    """The legend of a narrowed sweep table: which columns it leaves out, and where they are."""
+    left = [POINT_HEADERS[i] for i in POINT_DROP if i not in show]
+    if not left:
+        return []
+    text = (
+        f"not shown in {width} columns: {', '.join(left)} (--json and --out's serve.json have them)"
+    )
+    return [wrap_text(text, width)]
 
 
 def requests_csv(runs: Sequence[tuple[int, Sequence[Any]]]) -> str:

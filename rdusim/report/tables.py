@@ -12,7 +12,16 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rdusim.report.console import seconds, si, table, terminal_width, wrap_text
+from rdusim.report.console import (
+    columns_to_show,
+    fits,
+    seconds,
+    seconds_with,
+    si,
+    table,
+    terminal_width,
+    wrap_text,
+)
 
 if TYPE_CHECKING:
     from rdusim.validation.cells import Cell
@@ -231,24 +240,71 @@ SUMMARY_COLUMNS = {
 }
 
 
-def _with_interval(column: str, row: Mapping[str, Any]) -> str:
-    """A sweep cell, with the row's 90% interval for a headline number that has one."""
+# columns left out, in this order, when the sweep's table does not fit the terminal
+SWEEP_DROP = ("hbm_weights_bytes", "sram_peak_bytes", "hbm_kv_cache_bytes", "max_batch_size")
+
+
+def _with_interval(column: str, row: Mapping[str, Any], short: bool = False) -> str:
+    """A sweep cell, with the row's 90% interval for a headline number that has one (its ends
+    to three significant digits when `short`)."""
     text = _sweep_cell(column, row.get(column))
     lo, hi = row.get(f"{column}.p05"), row.get(f"{column}.p95")
     if lo is None or hi is None:
         return text
     if column.endswith("latency_s"):
+        if short:
+            return seconds_with(row.get(column), {"p05": lo, "p95": hi})
         return f"{text} ({seconds(lo).split()[0]}–{seconds(hi)})"
+    if short and column.endswith("tokens_per_s"):
+        return f"{text} ({_three_digits(lo)}–{_three_digits(hi)})"
     return f"{text} ({_sweep_cell(column, lo)}–{_sweep_cell(column, hi)})"
+
+
+def _three_digits(v: float) -> str:
+    """An interval's end to three significant digits: 782, 5.72k, 24.8k."""
+    return f"{v / 1e3:.3g}k" if abs(v) >= 1e3 else f"{v:.3g}"
 
 
 def render_sweep(
     rows: Sequence[Mapping[str, Any]], keys: Sequence[str], width: int | None = None
 ) -> str:
     """One line per sweep point: the varying keys, then the headline results (with their 90%
-    intervals over the calibration ensemble)."""
+    intervals over the calibration ensemble), within `width` columns (default: the
+    terminal's). Narrower than the table, the intervals' ends are given to three significant
+    digits, then a `status` column that says only "ok" and the columns of `SWEEP_DROP` are left
+    out, in that order, and last the intervals; a line under the table says what is missing."""
+    width = width or terminal_width()
     columns = [*keys, *(c for c in SUMMARY_COLUMNS if c not in keys)]
-    body = [[_with_interval(c, r) for c in columns] for r in rows]
     headers = [SUMMARY_COLUMNS.get(c, c) if c not in keys else c for c in columns]
     align = "".join("<" if c in keys else ">" for c in columns)
-    return table(headers, body, align=align, width=width)
+    wrap = [i for i, c in enumerate(columns) if c in keys]
+    body = [[_with_interval(c, r) for c in columns] for r in rows]
+    if fits(headers, body, width, wrap):
+        return table(headers, body, align=align, width=width)
+    drop = [columns.index(c) for c in SWEEP_DROP if c in columns]
+    if "status" in columns and all(r.get("status") == "ok" for r in rows):
+        drop.insert(0, columns.index("status"))
+    left: list[str] = []
+    for intervals in (True, False):
+        body = [
+            [
+                _with_interval(c, r, short=True) if intervals else _sweep_cell(c, r.get(c))
+                for c in columns
+            ]
+            for r in rows
+        ]
+        show = columns_to_show(headers, body, width, drop=drop, wrap=wrap)
+        shown = [[r[i] for i in show] for r in [headers, *body]]
+        if fits(shown[0], shown[1:], width, [show.index(i) for i in wrap if i in show]):
+            break
+        left = ["the 90% intervals"]
+    left = [
+        headers[i] + (" (every point ok)" if columns[i] == "status" else "")
+        for i in drop
+        if i not in show
+    ] + left
+    text = table(headers, body, align=align, width=width, wrap=wrap, show=show)
+    if not left:
+        return text
+    note = f"not shown in {width} columns: {', '.join(left)} (the sweep's CSV and JSON have them)"
+    return "\n".join([text, wrap_text(note, width)])

@@ -59,7 +59,7 @@ def test_render_point(docs: list[dict]) -> None:
 
 
 def test_render_points_has_a_row_per_run(docs: list[dict]) -> None:
-    text = render_points(docs)
+    text = render_points(docs, width=200)
     assert "snapstream.enabled=true, rate=2" in text and "snapstream.enabled=false, rate=4" in text
 
 
@@ -103,7 +103,7 @@ def test_without_slo_goodput_is_not_applicable(tmp_path: Path) -> None:
     doc = point_document(ServePoint(), wl, result, summary(result, wl.spec.slo))
     assert doc["settings"]["slo"] is None and doc["goodput_requests_per_s"] is None
     assert "goodput         not applicable: the workload sets no slo" in render_point(doc)
-    row = render_points([doc, doc]).splitlines()[-1]
+    row = render_points([doc, doc], width=200).splitlines()[-1]
     assert "n/a" in row
     fig = latency_cdf_figure({"a": {"ttft_s": [1.0], "tpot_s": [0.1], "e2e_s": [2.0]}}, None)
     assert figure_bytes(fig, "png").startswith(b"\x89PNG")
