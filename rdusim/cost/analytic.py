@@ -22,6 +22,14 @@ the same physics in a few passes over the kernel's ops:
   weights already on chip (collective latencies and compute still on its path); otherwise the
   pipeline again.
 
+`pipeline_s` runs in named steps: `_pipeline` reads the kernel as stages (each op's compute,
+loads and writes in seconds), its wiring (`_producers`, `_feeds`) and its `_phases`; each phase
+in turn (`_time_phase`) takes every op's `_arrival` of its first and last input tile, its
+`_start_s`, the channel's `_hbm_jobs` and `_phase_tile_rate`, then each op's `_end_s`; and
+`_finish_s` ends the kernel with its last writes, the channel's and the links' makespans and
+its collectives into later kernels. Each step has a hand-worked test
+(`tests/cost/test_pipeline_steps.py`).
+
 It imports neither the simulator nor a compiler pass (`tests/test_layers.py`); how close it comes
 to the simulator is measured on every kernel of every shipped mapping (`tests/cost`).
 """
@@ -30,7 +38,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from rdusim.compiler.program import Kernel, OpPlan
 from rdusim.cost.calls import call_cost
@@ -131,95 +140,260 @@ class _Feed:
     transfer_s: float
 
 
-def pipeline_s(kernel: Kernel, hw: Hardware) -> float:
-    """One execution of `kernel`'s pipeline at its real tile count, in seconds."""
-    n = max(1, kernel.tiles)
-    hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
-    p2p_rate = hw.links.p2p_bandwidth
-    names = {p.name for p in kernel.ops}
+class _Stage(NamedTuple):
+    """One op as the pipeline sees it: whether it blocks, and per execution (all its tiles) its
+    compute, its loads from HBM and its writes to HBM, in seconds."""
 
+    name: str
+    blocking: bool
+    compute_s: float
+    load_s: float
+    write_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Pipeline:
+    """A kernel as the closed form reads it: its tile count; its stages, every producer before
+    its consumers; each op's in-kernel producers and the collectives into it (those into a later
+    kernel under `_OUT`); and the phase each op runs in."""
+
+    tiles: int
+    stages: dict[str, _Stage]
+    producers: dict[str, list[str]]
+    feeds: dict[str, list[_Feed]]
+    phase: dict[str, int]
+
+
+class _Arrival(NamedTuple):
+    """When an op's first input tile is on chip, and when its last one is."""
+
+    first_s: float
+    last_s: float
+
+
+@dataclass(slots=True)
+class _Timeline:
+    """What the phases timed so far have fixed: each op's start (its first tile begins) and end
+    (its last tile is done), and the HBM channel's (release, work) jobs."""
+
+    start: dict[str, float] = field(default_factory=dict)
+    end: dict[str, float] = field(default_factory=dict)
+    jobs: list[tuple[float, float]] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ the kernel as stages
+
+
+def _producers(kernel: Kernel) -> dict[str, list[str]]:
+    """Each op's producers inside the kernel, in edge order (edges to or from ops of other
+    kernels are dropped)."""
+    names = {p.name for p in kernel.ops}
     producers: dict[str, list[str]] = {}
     for src, dst in kernel.edges:
         if src in names and dst in names:
             producers.setdefault(dst, []).append(src)
+    return producers
+
+
+def _feeds(kernel: Kernel, hw: Hardware) -> dict[str, list[_Feed]]:
+    """The kernel's collectives keyed by the op they feed, each with its rounds' latency and its
+    bytes' transfer time. One from outside the kernel has no source; one into a later kernel
+    still runs in this one and is keyed `_OUT`, the kernel's end."""
+    names = {p.name for p in kernel.ops}
     feeds: dict[str, list[_Feed]] = {}
     for c in kernel.collectives:
         feed = _Feed(
             c.src if c.src in names else None,
             c.rounds * hw.links.p2p_latency_s,
-            c.bytes / p2p_rate,
+            c.bytes / hw.links.p2p_bandwidth,
         )
-        # a collective into a later kernel still runs in this one: its sink is the kernel's end
         feeds.setdefault(c.dst if c.dst in names else _OUT, []).append(feed)
+    return feeds
 
-    order = _topological(kernel.ops, producers)
-    comp = {p.name: _compute_s(p, hw) for p in order}
-    load = {p.name: p.hbm_in_bytes / hbm_rate for p in order}
-    write = {p.name: p.hbm_write / hbm_rate for p in order}
 
-    phase: dict[str, int] = {}
-    for p in order:
-        upstream = [*producers.get(p.name, ()), *(f.src for f in feeds.get(p.name, ()) if f.src)]
-        phase[p.name] = max((phase[u] for u in upstream), default=0) + int(p.blocking)
-
-    first: dict[str, float] = {}  # when the op starts its first tile
-    end: dict[str, float] = {}  # when it finishes its last
-    jobs: list[tuple[float, float]] = []  # the HBM channel's (release, work)
-    for k in sorted(set(phase.values())):
-        ops = [p for p in order if phase[p.name] == k]
-        last_input: dict[str, float] = {}
-        for p in ops:
-            o = p.name
-            a_first, a_last = load[o] / n, 0.0
-            for u in producers.get(o, ()):
-                a_first = max(a_first, first[u] + comp[u] / n)
-                a_last = max(a_last, end[u])
-            for f in feeds.get(o, ()):
-                if f.src is None:
-                    a_first = max(a_first, f.latency_s + f.transfer_s / n)
-                    a_last = max(a_last, f.latency_s + f.transfer_s)
-                else:
-                    emitted = first[f.src] + comp[f.src] / n + f.latency_s
-                    a_first = max(a_first, emitted + f.transfer_s / n)
-                    a_last = max(a_last, end[f.src] + f.transfer_s / n, emitted + f.transfer_s)
-            first[o] = max(a_first, a_last) if p.blocking else a_first
-            last_input[o] = a_last
-            # provisional, so that consumers later in this phase can read it in this pass
-            end[o] = max(first[o] + comp[o], a_last + comp[o] / n)
-        ahead = min(2, n) / n  # loaded before the op starts (double buffering)
-        for p in ops:
-            o = p.name
-            jobs.append((0.0, load[o] * ahead))
-            jobs.append((first[o], load[o] * (1.0 - ahead)))
-            jobs.append((first[o] + comp[o] / n, write[o]))
-        reads_done = _makespan(jobs)
-        rate = _tile_rate(
-            [(load[p.name] + write[p.name]) / n for p in ops],
-            [n / comp[p.name] if comp[p.name] > 0 else math.inf for p in ops],
+def _stages(ops: Iterable[OpPlan], hw: Hardware) -> dict[str, _Stage]:
+    """Each op's whole compute, HBM loads (activations, streamed weights, spills) and HBM
+    writes in seconds, in the order given."""
+    hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
+    return {
+        p.name: _Stage(
+            p.name, p.blocking, _compute_s(p, hw), p.hbm_in_bytes / hbm_rate, p.hbm_write / hbm_rate
         )
-        for p in ops:  # a saturated channel holds back every reader it paces
-            o = p.name
-            e = max(first[o] + comp[o], last_input[o] + comp[o] / n)
-            for u in producers.get(o, ()):
-                if phase[u] == k:
-                    e = max(e, end[u] + comp[o] / n)
-            for f in feeds.get(o, ()):
-                if f.src is not None and phase[f.src] == k:
-                    e = max(e, end[f.src] + f.transfer_s / n + comp[o] / n)
-            if load[o] > 0 and comp[o] < n / rate:  # its loads, not its compute, pace it
-                e = max(e, reads_done + comp[o] / n)
-            end[o] = e
+        for p in ops
+    }
 
-    finish = max((end[o] + write[o] / n for o in end), default=0.0)
-    finish = max(finish, _makespan(jobs))
-    links: list[tuple[float, float]] = []  # the links' (release, work)
-    for dst, fs in feeds.items():
-        for f in fs:
-            emitted = f.latency_s if f.src is None else first[f.src] + comp[f.src] / n + f.latency_s
-            links.append((emitted, f.transfer_s))
-            if dst == _OUT and f.src is not None:
-                finish = max(finish, end[f.src] + f.transfer_s / n)
-    return max(finish, _makespan(links))
+
+def _phases(
+    stages: Iterable[_Stage], producers: dict[str, list[str]], feeds: dict[str, list[_Feed]]
+) -> dict[str, int]:
+    """The phase each op runs in: the latest of its producers' (in-kernel ops and the sources
+    of its collectives), one later if it blocks; 0 with none. `stages` come producers first."""
+    phase: dict[str, int] = {}
+    for s in stages:
+        upstream = [*producers.get(s.name, ()), *(f.src for f in feeds.get(s.name, ()) if f.src)]
+        phase[s.name] = max((phase[u] for u in upstream), default=0) + int(s.blocking)
+    return phase
+
+
+def _pipeline(kernel: Kernel, hw: Hardware) -> _Pipeline:
+    """`kernel` as stages in producer-first order, with its wiring and its phases."""
+    producers = _producers(kernel)
+    feeds = _feeds(kernel, hw)
+    stages = _stages(_topological(kernel.ops, producers), hw)
+    phase = _phases(stages.values(), producers, feeds)
+    return _Pipeline(max(1, kernel.tiles), stages, producers, feeds, phase)
+
+
+# ------------------------------------------------------------------ arrivals and starts
+
+
+def _emitted_s(pl: _Pipeline, t: _Timeline, f: _Feed) -> float:
+    """When a collective's first bytes can leave, its latency paid: at its latency from an
+    earlier kernel, else once its source's first tile is out (start + one tile of compute)."""
+    if f.src is None:
+        return f.latency_s
+    return t.start[f.src] + pl.stages[f.src].compute_s / pl.tiles + f.latency_s
+
+
+def _feed_arrival(pl: _Pipeline, t: _Timeline, f: _Feed) -> _Arrival:
+    """When a collective's first and last tiles reach its consumer: the first one tile's
+    transfer after it is emitted; the last its whole transfer after that, and no sooner than one
+    tile's transfer after its source ends."""
+    n = pl.tiles
+    emitted = _emitted_s(pl, t, f)
+    last = emitted + f.transfer_s
+    if f.src is not None:
+        last = max(t.end[f.src] + f.transfer_s / n, last)
+    return _Arrival(emitted + f.transfer_s / n, last)
+
+
+def _arrival(pl: _Pipeline, t: _Timeline, s: _Stage) -> _Arrival:
+    """When op `s`'s first input tile and its last are on chip: the latest over its loader
+    (a tile of loads; it holds back no last tile), its in-kernel producers (their first tile
+    out, their end) and its collectives."""
+    n = pl.tiles
+    first, last = s.load_s / n, 0.0
+    for u in pl.producers.get(s.name, ()):
+        first = max(first, t.start[u] + pl.stages[u].compute_s / n)
+        last = max(last, t.end[u])
+    for f in pl.feeds.get(s.name, ()):
+        a = _feed_arrival(pl, t, f)
+        first, last = max(first, a.first_s), max(last, a.last_s)
+    return _Arrival(first, last)
+
+
+def _start_s(s: _Stage, a: _Arrival) -> float:
+    """When op `s` starts its first tile: as its first input tile arrives, or, if it blocks,
+    once its whole input has."""
+    return max(a.first_s, a.last_s) if s.blocking else a.first_s
+
+
+# ------------------------------------------------------------------ the HBM channel
+
+
+def _hbm_jobs(pl: _Pipeline, t: _Timeline, ops: Sequence[_Stage]) -> list[tuple[float, float]]:
+    """The HBM channel's (release, work) jobs of a phase's ops. A loader runs two tiles ahead
+    of its op (double buffering): those come from time 0 (a one-tile kernel's whole load), the
+    rest once the op starts. A writer's bytes are released with the op's first tile out."""
+    n = pl.tiles
+    ahead = min(2, n) / n  # loaded before the op starts (double buffering)
+    jobs: list[tuple[float, float]] = []
+    for s in ops:
+        start = t.start[s.name]
+        jobs.append((0.0, s.load_s * ahead))
+        jobs.append((start, s.load_s * (1.0 - ahead)))
+        jobs.append((start + s.compute_s / n, s.write_s))
+    return jobs
+
+
+def _phase_tile_rate(ops: Sequence[_Stage], n: int) -> float:
+    """Tiles per second the channel grants each loader of a phase: its HBM seconds per tile,
+    capped by the tiles per second its op's compute consumes (`_tile_rate`)."""
+    return _tile_rate(
+        [(s.load_s + s.write_s) / n for s in ops],
+        [n / s.compute_s if s.compute_s > 0 else math.inf for s in ops],
+    )
+
+
+def _paced_by_channel(s: _Stage, rate: float, n: int) -> bool:
+    """Whether the channel, not its compute, sets op `s`'s pace: it loads, and its compute is
+    shorter than the channel's `n` tiles at `rate`."""
+    return s.load_s > 0 and s.compute_s < n / rate
+
+
+# ------------------------------------------------------------------ end times
+
+
+def _own_end_s(s: _Stage, start_s: float, last_input_s: float, n: int) -> float:
+    """When op `s` ends with nothing else holding it back: its whole compute after its start,
+    and one tile's after its last input tile."""
+    return max(start_s + s.compute_s, last_input_s + s.compute_s / n)
+
+
+def _end_s(
+    pl: _Pipeline, t: _Timeline, s: _Stage, last_input_s: float, reads_done_s: float, rate: float
+) -> float:
+    """When op `s` finishes its last tile: its own end, one tile after each producer in its
+    phase ends (a collective's tile of transfer between), and, if the channel paces it, one
+    tile after the channel has served the phase's reads (`reads_done_s`)."""
+    n, k = pl.tiles, pl.phase[s.name]
+    tile = s.compute_s / n
+    e = _own_end_s(s, t.start[s.name], last_input_s, n)
+    for u in pl.producers.get(s.name, ()):
+        if pl.phase[u] == k:
+            e = max(e, t.end[u] + tile)
+    for f in pl.feeds.get(s.name, ()):
+        if f.src is not None and pl.phase[f.src] == k:
+            e = max(e, t.end[f.src] + f.transfer_s / n + tile)
+    if _paced_by_channel(s, rate, n):
+        e = max(e, reads_done_s + tile)
+    return e
+
+
+def _time_phase(pl: _Pipeline, t: _Timeline, k: int) -> None:
+    """Time phase `k`'s ops onto `t`: in order, each one's arrivals, start and a provisional end
+    (so that consumers later in the phase can read it); then the phase's HBM jobs; then every
+    end again, with the phase's producers final and the channel's pace."""
+    ops = [s for s in pl.stages.values() if pl.phase[s.name] == k]
+    last_input: dict[str, float] = {}
+    for s in ops:
+        a = _arrival(pl, t, s)
+        t.start[s.name] = _start_s(s, a)
+        last_input[s.name] = a.last_s
+        t.end[s.name] = _own_end_s(s, t.start[s.name], a.last_s, pl.tiles)
+    t.jobs.extend(_hbm_jobs(pl, t, ops))
+    reads_done = _makespan(t.jobs)
+    rate = _phase_tile_rate(ops, pl.tiles)
+    for s in ops:  # a saturated channel holds back every reader it paces
+        t.end[s.name] = _end_s(pl, t, s, last_input[s.name], reads_done, rate)
+
+
+def _link_jobs(pl: _Pipeline, t: _Timeline) -> list[tuple[float, float]]:
+    """The links' (release, work) jobs: each collective's transfer, from when it is emitted."""
+    return [(_emitted_s(pl, t, f), f.transfer_s) for fs in pl.feeds.values() for f in fs]
+
+
+def _finish_s(pl: _Pipeline, t: _Timeline) -> float:
+    """The kernel's end: the latest of each op's last tile written (a tile of writes after its
+    end), the HBM channel's and the links' makespans, and each collective into a later kernel
+    one tile's transfer after its source ends."""
+    n = pl.tiles
+    finish = max((t.end[o] + pl.stages[o].write_s / n for o in t.end), default=0.0)
+    finish = max(finish, _makespan(t.jobs))
+    for f in pl.feeds.get(_OUT, ()):
+        if f.src is not None:
+            finish = max(finish, t.end[f.src] + f.transfer_s / n)
+    return max(finish, _makespan(_link_jobs(pl, t)))
+
+
+def pipeline_s(kernel: Kernel, hw: Hardware) -> float:
+    """One execution of `kernel`'s pipeline at its real tile count, in seconds: its phases timed
+    one after another (`_time_phase`), then the kernel's end (`_finish_s`)."""
+    pl = _pipeline(kernel, hw)
+    t = _Timeline()
+    for k in sorted(set(pl.phase.values())):
+        _time_phase(pl, t, k)
+    return _finish_s(pl, t)
 
 
 def estimate(

@@ -3,13 +3,17 @@ JSON keys the issue asks for."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from rdusim.serving.arrivals import Request
+from rdusim.serving.engine import RequestRecord
 from rdusim.serving.metrics import (
     NO_SLO,
     generated_tokens,
+    meets_slo,
     rounded,
     stats,
     summary,
@@ -98,11 +102,61 @@ def test_time_average_in_system_by_hand() -> None:
     assert time_average_in_system(result.records, 0.0, 2.0) == pytest.approx(1.5)
 
 
+def test_time_average_over_a_window_not_starting_at_zero() -> None:
+    """The same two requests arriving at 2 s: the first done at 3 s, the second at 4 s. Over
+    [2, 4]: two in the system for 1 s, one for 1 s, (2 + 1) / 2 = 1.5. Over [2, 6]: the same
+    3 request-seconds over 4 s, 0.75. (The window starts at the first arrival, as `summary`
+    takes it.)"""
+    result = run(requests((2.0, 10, 1), (2.0, 10, 1)), shape(1), colocated())
+    assert [r.last_token_s for r in result.records] == [3.0, 4.0]
+    assert time_average_in_system(result.records, 2.0, 4.0) == pytest.approx(1.5)
+    assert time_average_in_system(result.records, 2.0, 6.0) == pytest.approx(0.75)
+
+
+def test_summary_of_the_hand_schedule_five_seconds_later() -> None:
+    """THREE with every arrival 5 s later runs the same schedule 5 s later (firsts 6.0, 7.0,
+    8.1; lasts 8.2, 7.1, 8.4): the window is [5, 8.4], 3.4 s, so the sojourns 3.2 + 1.6 + 2.8
+    again average 7.6 / 3.4 requests in the system, and every metric but the occupancy
+    timeline's times is the one of the run from 0."""
+    later = [replace(r, arrival_s=r.arrival_s + 5.0) for r in THREE]
+    result = run(later, shape(2), colocated())
+    assert [round(r.last_token_s, 9) for r in result.records] == [8.2, 7.1, 8.4]
+    slo = SloSpec(ttft_s=1.5, tpot_s=0.5)
+    m = summary(result, slo)
+    assert m["duration_s"] == close(3.4)
+    assert m["mean_requests_in_system"] == close(rounded(7.6 / 3.4))
+    assert m["throughput_tokens_per_s"] == close(rounded(9 / 3.4))
+    assert m["goodput_requests_per_s"] == close(rounded(1 / 3.4))
+    from_zero = summary(run(THREE, shape(2), colocated()), slo)
+    assert m["slot_occupancy"]["mean"] == close(from_zero["slot_occupancy"]["mean"])
+    values = [v for _, v in m["slot_occupancy"]["timeline"]]
+    assert values == pytest.approx([v for _, v in from_zero["slot_occupancy"]["timeline"]])
+    assert m["slot_occupancy"]["timeline"][0][0] == 5.0
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        assert m[key] == pytest.approx(from_zero[key], rel=1e-5)
+
+
 def test_generated_tokens_stop_at_the_output() -> None:
     result = run(requests((0.0, 10, 11)), shape(1, tokens_per_step=2.44), colocated())
     rec = result.records[0]
     assert rec.steps == 5  # 5 x 2.44 = 12.2 tokens offered, 10 wanted
     assert generated_tokens(rec, 2.44) == 11
+
+
+def test_generated_tokens_round_fractional_steps_down() -> None:
+    """5 decode steps at 2.44 tokens a step offer 12.2 tokens: 12 whole ones after the
+    prefill's first, 13, when the request wants 20."""
+    rec = RequestRecord(0, 0.0, 10, 20, first_token_s=1.0, last_token_s=2.0, steps=5)
+    assert generated_tokens(rec, 2.44) == 13
+
+
+def test_a_one_token_request_meets_any_tpot_objective() -> None:
+    """A one-token request has no TPOT: it meets the SLO on its TTFT alone (0.5 s against a
+    1 s objective: met; against 0.25 s: missed)."""
+    rec = RequestRecord(0, 2.0, 10, 1, first_token_s=2.5, last_token_s=2.5, completions=1)
+    assert rec.tpot_s is None
+    assert meets_slo(rec, SloSpec(ttft_s=1.0, tpot_s=0.01))
+    assert not meets_slo(rec, SloSpec(ttft_s=0.25, tpot_s=0.01))
 
 
 def test_occupancy_integrates_the_occupied_slot_steps() -> None:
