@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from rdusim.report.cells import Cell
 from rdusim.spec.hardware import load_hardware
 from rdusim.uncertainty.ensemble import shipped_ensemble
 from rdusim.validation import paper as pp
-from rdusim.validation.cells import Cell
 from rdusim.validation.items import shipped_evidence
 from rdusim.validation.likelihood import sigma
 from rdusim.validation.posterior import Z90

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rdusim.report.console import seconds, si, table, terminal_width, wrap_text
 
 if TYPE_CHECKING:
-    from rdusim.validation.cells import Cell
+    from rdusim.report.cells import Cell
 
 CELL_COLUMNS = (
     "table",

@@ -13,9 +13,9 @@ import math
 import pytest
 
 from rdusim.api import run_mapping
+from rdusim.report.cells import Cell
 from rdusim.uncertainty.ensemble import shipped_ensemble
 from rdusim.validation import paper as pp
-from rdusim.validation.cells import Cell
 from rdusim.validation.items import Bound, Use, shipped_evidence
 from rdusim.validation.likelihood import sigma
 from rdusim.validation.posterior import Z90
