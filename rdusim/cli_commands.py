@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from rdusim.errors import SpecError
 from rdusim.outputs import output_dir, output_file, write_outputs
 from rdusim.search.objective import Objective
-from rdusim.serving.executors import ExecutorKind
 from rdusim.spec.yamlio import check_path
+from rdusim.studies.executors import ExecutorKind
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -269,7 +269,7 @@ def _sweep_files(
     """sweep.csv and sweep.json with every row, and sweep.png of the feasible ones."""
     from rdusim.report.plots import figure_bytes, sweep_figure
     from rdusim.report.tables import to_csv, to_json
-    from rdusim.serving import sweep
+    from rdusim.studies import sweep
 
     cols = sweep.columns(axes, rows)
     infeasible = sum(not sweep.is_ok(r) for r in rows)
@@ -298,7 +298,7 @@ def _report_sweep(
 ) -> None:
     """The console summary: one line per point, then why each infeasible point did not run."""
     from rdusim.report.tables import render_sweep
-    from rdusim.serving import sweep
+    from rdusim.studies import sweep
 
     print(render_sweep(rows, [*varying, "status"]))
     bad = [(p, r) for p, r in zip(points, rows, strict=True) if not sweep.is_ok(r)]
@@ -313,7 +313,7 @@ def _report_sweep(
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from rdusim.serving import sweep
+    from rdusim.studies import sweep
 
     axes = sweep.parse_axes(args.set)
     plot = sweep.parse_plot(args.plot) if args.plot else None
@@ -348,7 +348,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep_exit(args: argparse.Namespace, rows: list[dict[str, Any]], out: Path) -> int:
     """0 when every point ran (or some did, without --strict), 1 with --strict and an
     infeasible point, and a user error (2) when no point ran."""
-    from rdusim.serving import sweep
+    from rdusim.studies import sweep
 
     infeasible = sum(not sweep.is_ok(r) for r in rows)
     if infeasible == len(rows):

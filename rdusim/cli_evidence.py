@@ -47,7 +47,7 @@ def _hardware(name_or_path: str | None) -> Hardware | None:
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from rdusim.report import plots
     from rdusim.report.tables import cells_csv, cells_json, render_comparison
-    from rdusim.validation import paper
+    from rdusim.studies import paper
 
     tables = list(TABLES) if args.which == "all" else [args.which]
     names = [f"{t}.{ext}" for t in tables for ext in ("png", "svg", "csv", "json")]

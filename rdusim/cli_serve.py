@@ -76,7 +76,7 @@ def parse_rates(text: str | None) -> list[float]:
 
 
 def _axes(items: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
-    from rdusim.serving.sweep import parse_axes
+    from rdusim.studies.sweep import parse_axes
 
     return [(a.key, a.values) for a in parse_axes(items)]
 

@@ -25,7 +25,7 @@ from rdusim.report.plots import (
     table5_figure,
     table5_values,
 )
-from rdusim.validation import paper as pp
+from rdusim.studies import paper as pp
 from rdusim.validation.items import shipped_evidence
 
 EV = shipped_evidence()
