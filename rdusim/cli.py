@@ -22,11 +22,6 @@ EXIT_USER_ERROR = 2
 EXIT_BROKEN_PIPE = 128 + 13  # 128 + SIGPIPE, as a shell reports a process killed by it
 EXIT_INTERRUPTED = 130
 
-# Bounds of `rdusim model --seq-len/--batch`: the model spec's limit on max_position_embeddings,
-# and a batch far beyond any decode batch that fits in HBM.
-MAX_SEQ_LEN = 16_777_216
-MAX_BATCH = 1_048_576
-
 
 def _check_bound(value: int, limit: int, flag: str) -> None:
     if value > limit:
@@ -39,6 +34,7 @@ def _check_bound(value: int, limit: int, flag: str) -> None:
 
 def _cmd_model(args: argparse.Namespace) -> int:
     from rdusim.report.model_report import model_report, render_model_report
+    from rdusim.spec.limits import MAX_BATCH, MAX_SEQ_LEN
 
     _check_bound(args.seq_len, MAX_SEQ_LEN, "--seq-len")
     _check_bound(args.batch, MAX_BATCH, "--batch")
