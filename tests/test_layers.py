@@ -10,6 +10,8 @@
   validation or study, so the API can build its report without a loop back to itself;
 - `rdusim.serving` simulates requests on compiled graphs without the Python API (a sweep that
   runs the API belongs to `rdusim.studies`);
+- only the command line imports `rdusim.studies` (sweeps, the paper's tables), which runs the
+  API many times;
 - nothing imports `rdusim.cli`: the command line sits on top of everything.
 
 Every import statement counts (module level, inside functions, under `TYPE_CHECKING`), and so do
@@ -70,6 +72,12 @@ CONTRACTS = (
         "serving-calls-no-api",
         ("rdusim.serving",),
         ("rdusim.api", "rdusim.mapping_api", "rdusim.validation", "rdusim.studies"),
+    ),
+    Contract(
+        "only-the-cli-imports-studies",
+        ("rdusim",),
+        ("rdusim.studies",),
+        exempt=("rdusim.studies", "rdusim.cli", "rdusim.__main__"),
     ),
     Contract(
         "nothing-imports-cli",
