@@ -1,6 +1,10 @@
 """rdusim: a simulator and mapping compiler for dataflow accelerators (SambaNova SN40L).
 
 Data flows one way: specs → IR → compiler passes → Program → simulator → results → reports.
+The packages stand in the same order, each importing only those below it (no cycle, checked by
+tests/test_no_cycles.py and tests/test_layers.py): spec → ir → compiler → cost → sim →
+uncertainty → search → mapping_api → api → validation → studies → cli, with report below api
+and serving below cli only.
 The entry points are the `rdusim` command and, from Python:
 
     import rdusim

@@ -4,7 +4,7 @@ Every expected figure comes from the evidence (`rdusim/validation/evidence/snaps
 through `rdusim.validation.items.shipped_evidence()`), and every run's settings from the evidence
 item's measure as rdusim ships it; nothing simulated or published is written down here. The runs
 go through the `rdusim map` command, in-process, and are checked to agree with the cells that
-`rdusim reproduce` compares (`rdusim.validation.paper.comparison_cells`). Items the model is known
+`rdusim reproduce` compares (`rdusim.studies.paper.comparison_cells`). Items the model is known
 to miss say why in the evidence (`tests/known_misses.py`).
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from rdusim.report.cells import Cell
 from rdusim.spec.hardware import load_hardware
+from rdusim.studies import paper as pp
 from rdusim.uncertainty.ensemble import shipped_ensemble
-from rdusim.validation import paper as pp
-from rdusim.validation.cells import Cell
 from rdusim.validation.items import shipped_evidence
 from rdusim.validation.likelihood import sigma
 from rdusim.validation.posterior import Z90

@@ -23,14 +23,14 @@ from typing import Any
 import matplotlib.image
 import pytest
 
+from rdusim.report.cells import Cell
 from rdusim.report.evidence import render_calibration, render_validation
 from rdusim.report.tables import CELL_COLUMNS
 from rdusim.spec.hardware import PRESETS, load_hardware, preset_path
+from rdusim.studies import paper as pp
 from rdusim.uncertainty.ensemble import ENSEMBLE_FILE, Ensemble, shipped_ensemble
 from rdusim.uncertainty.parameters import PARAMETERS
 from rdusim.validation import calibrate, check
-from rdusim.validation import paper as pp
-from rdusim.validation.cells import Cell
 from rdusim.validation.items import Use, shipped_evidence
 from rdusim.validation.loo import Prediction
 from tests.evidence_fakes import fake_calibration, fake_predictions, fake_validation

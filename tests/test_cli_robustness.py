@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rdusim import cli, cli_commands
+from rdusim import cli
+from rdusim.cli.commands import map as map_cli
 from rdusim.validation import calibrate, check
 from tests.conftest import MAPPINGS_DIR, MODELS_DIR
 from tests.evidence_fakes import fake_calibration, fake_validation
@@ -180,7 +181,7 @@ def test_an_unexpected_os_error_is_a_user_error(
     def refuse(args: object) -> int:
         raise PermissionError(errno.EACCES, "Permission denied", "/somewhere/spec.yaml")
 
-    monkeypatch.setattr(cli_commands, "_cmd_map", refuse)
+    monkeypatch.setattr(map_cli, "map_command", refuse)
     err = _assert_user_error(
         run_cli(["map", "m.yaml"]), "/somewhere/spec.yaml", "Permission denied"
     )

@@ -154,7 +154,7 @@ def test_option_errors(run_cli, workload: Path, args: list[str], needles: list[s
 
 @pytest.mark.parametrize("rate", ["1e3", "1E3", "+1000", "1000.", ".5e4", " 1000 "])
 def test_rates_in_decimal_and_scientific_notation(rate: str) -> None:
-    from rdusim.cli_serve import parse_rate
+    from rdusim.cli.commands.serve import parse_rate
 
     assert parse_rate(rate) in (1000.0, 5000.0)
 

@@ -6,6 +6,12 @@
   compiler passes, so the simulator cannot quietly re-decide a mapping;
 - `rdusim.cost` (the closed-form kernel cost) neither runs the simulator nor a compiler pass, so
   the search's ranking and the simulator's answer stay two independent models;
+- `rdusim.report` renders results and runs nothing that produces them: no API, serving,
+  validation or study, so the API can build its report without a loop back to itself;
+- `rdusim.serving` simulates requests on compiled graphs without the Python API (a sweep that
+  runs the API belongs to `rdusim.studies`);
+- only the command line imports `rdusim.studies` (sweeps, the paper's tables), which runs the
+  API many times;
 - nothing imports `rdusim.cli`: the command line sits on top of everything.
 
 Every import statement counts (module level, inside functions, under `TYPE_CHECKING`), and so do
@@ -50,6 +56,28 @@ CONTRACTS = (
         "cost-model-simulates-nothing",
         ("rdusim.cost",),
         ("rdusim.sim", *(f"rdusim.compiler.{name}" for name in COMPILER_PASSES)),
+    ),
+    Contract(
+        "report-runs-nothing",
+        ("rdusim.report",),
+        (
+            "rdusim.api",
+            "rdusim.mapping_api",
+            "rdusim.serving",
+            "rdusim.validation",
+            "rdusim.studies",
+        ),
+    ),
+    Contract(
+        "serving-calls-no-api",
+        ("rdusim.serving",),
+        ("rdusim.api", "rdusim.mapping_api", "rdusim.validation", "rdusim.studies"),
+    ),
+    Contract(
+        "only-the-cli-imports-studies",
+        ("rdusim",),
+        ("rdusim.studies",),
+        exempt=("rdusim.studies", "rdusim.cli", "rdusim.__main__"),
     ),
     Contract(
         "nothing-imports-cli",

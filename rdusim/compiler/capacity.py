@@ -16,14 +16,16 @@ from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.model import summarize
 from rdusim.spec.mapping import ResolvedMapping
 
-MAX_BATCH = 1 << 16
+# The largest power-of-two batch `max_batch` compiles (and `validation.measures` prices): a
+# plan that still fits there is reported at it.
+LARGEST_BATCH_TRIED = 1 << 16
 
 
 def max_batch(rm: ResolvedMapping) -> tuple[int, Program]:
     """The largest power-of-two batch that fits, with its compiled program."""
     best: tuple[int, Program] | None = None
     b = 1
-    while b <= MAX_BATCH:
+    while b <= LARGEST_BATCH_TRIED:
         try:
             prog = compile_mapping(rm, batch=b)
         except (SpecError, SpecErrors):

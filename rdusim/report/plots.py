@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 if TYPE_CHECKING:
-    from rdusim.validation.cells import Cell
+    from rdusim.report.cells import Cell
 
 PUBLISHED_STYLE: dict[str, Any] = {
     "hatch": "///",

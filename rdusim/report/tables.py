@@ -24,7 +24,7 @@ from rdusim.report.console import (
 )
 
 if TYPE_CHECKING:
-    from rdusim.validation.cells import Cell
+    from rdusim.report.cells import Cell
 
 CELL_COLUMNS = (
     "table",

@@ -29,6 +29,7 @@ from rdusim.snapstream.config import SnapStreamConfig, VoteNormalisation
 from rdusim.spec.base import Strict
 from rdusim.spec.catalog import resolve_mapping, resolve_model
 from rdusim.spec.hardware import Hardware, load_hardware
+from rdusim.spec.limits import MAX_BATCH, MAX_SEQ_LEN
 from rdusim.spec.model import ModelSpec, load_model_config
 from rdusim.spec.overrides import (
     Override,
@@ -296,10 +297,6 @@ Kernels = Annotated[
     | Annotated[Literal["auto"], Tag("literal['auto']")],
     Discriminator(_kernels_form),
 ]
-
-
-MAX_SEQ_LEN = 1 << 24  # 16M tokens: far beyond any model, and the simulator stays bounded
-MAX_BATCH = 1 << 20
 
 
 class MappingSpec(Strict):

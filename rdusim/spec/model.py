@@ -30,6 +30,7 @@ from pydantic_core import PydanticCustomError
 
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.catalog import resolve_model
+from rdusim.spec.limits import MAX_SEQ_LEN
 from rdusim.spec.yamlio import (
     did_you_mean,
     line_of,
@@ -60,7 +61,7 @@ LIMITS: dict[str, int] = {
     "num_attention_heads": 1024,
     "num_key_value_heads": 1024,
     "vocab_size": 4_194_304,
-    "max_position_embeddings": 16_777_216,
+    "max_position_embeddings": MAX_SEQ_LEN,
     "head_dim": 4096,
     "moe_intermediate_size": 1_048_576,
     "n_routed_experts": 4096,
@@ -76,7 +77,7 @@ LIMITS: dict[str, int] = {
     "qk_rope_head_dim": 4096,
     "v_head_dim": 4096,
     "num_nextn_predict_layers": 16,
-    "sliding_window": 16_777_216,
+    "sliding_window": MAX_SEQ_LEN,
     "num_local_experts": 4096,
     "num_experts": 4096,
     "shared_expert_intermediate_size": 1_048_576,

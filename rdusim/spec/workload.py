@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, model_validator
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.spec.base import Strict
 from rdusim.spec.catalog import not_found_fix, package_dir
+from rdusim.spec.limits import MAX_SEQ_LEN
 from rdusim.spec.yamlio import (
     check_path,
     did_you_mean,
@@ -50,7 +51,7 @@ from rdusim.spec.yamlio import (
 # A run of this many requests takes a few minutes and a few hundred MB (10,000 take about a
 # second); more is refused with the count a workload would expand to.
 MAX_REQUESTS = 1_000_000
-MAX_TOKENS = 1 << 24  # 16M tokens, the mapping spec's limit on a sequence
+MAX_TOKENS = MAX_SEQ_LEN  # a request's tokens: the limit on a sequence
 MAX_DURATION_S = 1e7  # about four months of simulated time
 MAX_RATE = 1e6  # requests per second
 MAX_NODES = 4096

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rdusim.api import MapRun, run_mapping
+from rdusim.compiler.capacity import LARGEST_BATCH_TRIED
 from rdusim.compiler.compile import compile_mapping
 from rdusim.errors import SpecError
 from rdusim.sim.model import SimResult
@@ -119,7 +120,7 @@ def _hbm_by_batch(mr: MapRun) -> dict[int, float]:
     whole = rm.hardware.socket.hbm.capacity_bytes
     out: dict[int, float] = {}
     b = 1
-    while b <= 1 << 16:
+    while b <= LARGEST_BATCH_TRIED:
         try:
             used = compile_mapping(rm, batch=b).hbm.used
         except SpecError:

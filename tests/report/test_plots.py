@@ -14,6 +14,7 @@ import pytest
 from matplotlib.colors import to_rgba
 from matplotlib.container import BarContainer, ErrorbarContainer
 
+from rdusim.report.cells import Cell
 from rdusim.report.plots import (
     BAD_COLOR,
     OK_COLOR,
@@ -24,8 +25,7 @@ from rdusim.report.plots import (
     table5_figure,
     table5_values,
 )
-from rdusim.validation import paper as pp
-from rdusim.validation.cells import Cell
+from rdusim.studies import paper as pp
 from rdusim.validation.items import shipped_evidence
 
 EV = shipped_evidence()

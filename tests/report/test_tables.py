@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from rdusim.report.cells import Cell
 from rdusim.report.tables import (
     CELL_COLUMNS,
     cell_record,
@@ -20,7 +21,6 @@ from rdusim.report.tables import (
     status,
     to_csv,
 )
-from rdusim.validation.cells import Cell
 
 REASON = "known miss: the step stays flat as the batch grows"
 CELLS = [

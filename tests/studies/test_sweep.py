@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from rdusim.errors import SpecError
-from rdusim.serving.sweep import (
+from rdusim.spec.yamlio import parse_value
+from rdusim.studies.sweep import (
     RESULT_COLUMNS,
     STATUS_COLUMNS,
     Axis,
@@ -24,7 +25,6 @@ from rdusim.serving.sweep import (
     parse_plot,
     result_row,
 )
-from rdusim.spec.yamlio import parse_value
 
 Cli = Callable[[Sequence[object]], tuple[int, str, str]]
 GRID = [

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from rdusim.errors import InfeasibleError, RdusimError, SpecError
-from rdusim.serving.executors import ExecutorKind, run_points
 from rdusim.spec.yamlio import parse_value
+from rdusim.studies.executors import ExecutorKind, run_points
 
 STATUS_OK = "ok"
 STATUS_INFEASIBLE = "infeasible"

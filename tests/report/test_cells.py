@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rdusim.validation.cells import Cell
+from rdusim.report.cells import Cell
 
 
 def cell(simulated: float, published: float, **kw) -> Cell:

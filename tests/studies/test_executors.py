@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rdusim.errors import SpecError
-from rdusim.serving.executors import ExecutorKind, run_points
-from rdusim.serving.sweep import grid, parse_axes, run_sweep
+from rdusim.studies.executors import ExecutorKind, run_points
+from rdusim.studies.sweep import grid, parse_axes, run_sweep
 
 
 def _square(path: str, point: int) -> tuple[str, int]:

@@ -4,6 +4,11 @@ Never a traceback for what a user can cause: spec and option mistakes (`RdusimEr
 operating-system refusals (a file that cannot be read or written) exit 2 with a message; a reader
 that closes the output early (`rdusim map ... | head`) ends the command quietly with 141, the
 shell's code for SIGPIPE.
+
+Each command is a module of `rdusim.cli.commands` with a `register` that declares its options
+(through the shared helpers of `rdusim.cli.options`) and a function that runs it. Declaring them
+imports nothing heavy: the compiler, simulator, numpy and pydantic load when a command runs, so
+`rdusim --version` and `--help` answer at once (benchmarks/bench_startup.py).
 """
 
 from __future__ import annotations
@@ -11,87 +16,29 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import sys
 from collections.abc import Sequence
 
-from rdusim.errors import RdusimError, SpecError, shown_path
+from rdusim.errors import RdusimError, shown_path
 
 EXIT_USER_ERROR = 2
 EXIT_BROKEN_PIPE = 128 + 13  # 128 + SIGPIPE, as a shell reports a process killed by it
 EXIT_INTERRUPTED = 130
 
-# Bounds of `rdusim model --seq-len/--batch`: the model spec's limit on max_position_embeddings,
-# and a batch far beyond any decode batch that fits in HBM.
-MAX_SEQ_LEN = 16_777_216
-MAX_BATCH = 1_048_576
-
-
-def _check_bound(value: int, limit: int, flag: str) -> None:
-    if value > limit:
-        raise SpecError(
-            f"must be at most {limit}, got {value}",
-            key=flag,
-            fix=f"pass a value from 1 to {limit} (rdusim's limit for {flag})",
-        )
-
-
-def _cmd_model(args: argparse.Namespace) -> int:
-    from rdusim.report.model_report import model_report, render_model_report
-
-    _check_bound(args.seq_len, MAX_SEQ_LEN, "--seq-len")
-    _check_bound(args.batch, MAX_BATCH, "--batch")
-    report = model_report(args.model, phase=args.phase, seq_len=args.seq_len, batch=args.batch)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(render_model_report(report))
-    return 0
-
 
 def build_parser() -> argparse.ArgumentParser:
+    from rdusim import __version__
+    from rdusim.cli.commands import COMMANDS
+
     p = argparse.ArgumentParser(
         prog="rdusim",
         description="Simulator and mapping compiler for SN40L dataflow accelerators.",
     )
-    from rdusim import __version__
-
     p.add_argument("--version", action="version", version=f"rdusim {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-
-    m = sub.add_parser("model", help="parameter counts, KV bytes per token and one layer's ops")
-    m.add_argument(
-        "model",
-        help="a model YAML, a Hugging Face config.json, or a shipped model's name (rdusim list)",
-    )
-    m.add_argument(
-        "--phase",
-        choices=("prefill", "decode"),
-        default="prefill",
-        help="which graph's layer to list: prefill (the whole prompt at once; MLA decompressed) "
-        "or decode (one token per sequence against the cache; MLA absorbed) (default: prefill)",
-    )
-    m.add_argument(
-        "--seq-len",
-        type=int,
-        default=4096,
-        help="prompt length (prefill) or cache length (decode) (default: 4096)",
-    )
-    m.add_argument(
-        "--batch",
-        type=int,
-        default=1,
-        help="sequences processed together, scaling the table's FLOPs and bytes (default: 1)",
-    )
-    m.add_argument("--json", action="store_true", help="print the JSON report")
-    m.set_defaults(func=_cmd_model)
-
-    from rdusim import cli_commands, cli_evidence, cli_serve
-
-    cli_commands.register(sub)
-    cli_evidence.register(sub)
-    cli_serve.register(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return p
 
 
@@ -164,7 +111,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.cli_commands import MAPPING_HELP
+from rdusim.cli.options import MAPPING_HELP, Subparsers, add_json, add_out, add_set
+from rdusim.cli.progress import progress_bar
 from rdusim.errors import RdusimError, SpecError
-from rdusim.outputs import output_dir, output_file, write_outputs
 
 if TYPE_CHECKING:
     from rdusim.serving.serve import ServePoint, ServeRun
@@ -34,6 +34,49 @@ OUT_NAMES = (
     "throughput_tpot.png",
     "occupancy.png",
 )
+
+
+def register(sub: Subparsers) -> None:
+    s = sub.add_parser(
+        "serve",
+        help="serve a request workload on a prefill and a decode mapping (TTFT, TPOT, goodput)",
+        description="A request-level discrete-event simulation of continuous batching on static "
+        "graphs; graph times come from simulating the two mappings.",
+    )
+    s.add_argument("--prefill", required=True, metavar="MAPPING", help=f"prefill: {MAPPING_HELP}")
+    s.add_argument("--decode", required=True, metavar="MAPPING", help=f"decode: {MAPPING_HELP}")
+    s.add_argument(
+        "--workload",
+        required=True,
+        metavar="WORKLOAD",
+        help="a workload YAML file, or the name of a shipped one (rdusim/workloads/)",
+    )
+    add_set(
+        s,
+        metavar="KEY=V1,V2,...",
+        help="override a field of both mappings, e.g. --set snapstream.enabled=false; several "
+        "values run each (with and without SnapStream: snapstream.enabled=true,false)",
+    )
+    s.add_argument(
+        "--rate",
+        metavar="R1,R2,...",
+        help="arrival rates (requests/s) to run instead of the workload's, one run each; plain "
+        "decimal or scientific numbers (0.5, 1e3), each giving the workload at least one and at "
+        "most 1,000,000 requests",
+    )
+    add_json(s, help="print the metrics as JSON")
+    add_out(
+        s,
+        help="write DIR/serve.json, requests.csv and plots (latency CDFs, throughput vs TPOT, "
+        "slot occupancy)",
+    )
+    s.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write a Chrome/Perfetto trace (ui.perfetto.dev) of the run: a track per decode "
+        "slot and per prefill graph on each node",
+    )
+    s.set_defaults(func=serve_command)
 
 
 # A rate as a user writes it: plain decimal or scientific notation, ASCII digits only.
@@ -76,13 +119,15 @@ def parse_rates(text: str | None) -> list[float]:
 
 
 def _axes(items: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
-    from rdusim.serving.sweep import parse_axes
+    from rdusim.studies.sweep import parse_axes
 
     return [(a.key, a.values) for a in parse_axes(items)]
 
 
 def _outputs(args: argparse.Namespace, points: int) -> dict[str, Path]:
     """The files this run writes, checked before any work."""
+    from rdusim.outputs import output_dir, output_file
+
     outputs: dict[str, Path] = {}
     if args.trace is not None:
         if points > 1:
@@ -181,8 +226,8 @@ def _files(
     return files
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from rdusim.cli_commands import progress_bar
+def serve_command(args: argparse.Namespace) -> int:
+    from rdusim.outputs import write_outputs
     from rdusim.report.serving import dumps, render_point, render_points
     from rdusim.serving.serve import points_of, serve_points
     from rdusim.spec.workload import load_workload
@@ -217,50 +262,3 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.out is not None:
         print(f"wrote {', '.join(OUT_NAMES)} to {args.out}", file=notes)
     return 0
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `rdusim serve`."""
-    s = sub.add_parser(
-        "serve",
-        help="serve a request workload on a prefill and a decode mapping (TTFT, TPOT, goodput)",
-        description="A request-level discrete-event simulation of continuous batching on static "
-        "graphs; graph times come from simulating the two mappings.",
-    )
-    s.add_argument("--prefill", required=True, metavar="MAPPING", help=f"prefill: {MAPPING_HELP}")
-    s.add_argument("--decode", required=True, metavar="MAPPING", help=f"decode: {MAPPING_HELP}")
-    s.add_argument(
-        "--workload",
-        required=True,
-        metavar="WORKLOAD",
-        help="a workload YAML file, or the name of a shipped one (rdusim/workloads/)",
-    )
-    s.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2,...",
-        help="override a field of both mappings, e.g. --set snapstream.enabled=false; several "
-        "values run each (with and without SnapStream: snapstream.enabled=true,false)",
-    )
-    s.add_argument(
-        "--rate",
-        metavar="R1,R2,...",
-        help="arrival rates (requests/s) to run instead of the workload's, one run each; plain "
-        "decimal or scientific numbers (0.5, 1e3), each giving the workload at least one and at "
-        "most 1,000,000 requests",
-    )
-    s.add_argument("--json", action="store_true", help="print the metrics as JSON")
-    s.add_argument(
-        "--out",
-        metavar="DIR",
-        help="write DIR/serve.json, requests.csv and plots (latency CDFs, throughput vs TPOT, "
-        "slot occupancy)",
-    )
-    s.add_argument(
-        "--trace",
-        metavar="FILE",
-        help="write a Chrome/Perfetto trace (ui.perfetto.dev) of the run: a track per decode "
-        "slot and per prefill graph on each node",
-    )
-    s.set_defaults(func=_cmd_serve)

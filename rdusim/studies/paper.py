@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rdusim.api import MapRun, run_mapping
+from rdusim.report.cells import Cell
 from rdusim.spec.hardware import Hardware
 from rdusim.uncertainty.ensemble import shipped_ensemble
-from rdusim.validation.cells import Cell
 from rdusim.validation.items import Evidence, Item, Metric, Use, shipped_evidence
 from rdusim.validation.likelihood import sigma
 from rdusim.validation.posterior import Z90

@@ -1,4 +1,4 @@
-"""`rdusim.validation.paper`: the SnapStream paper's Tables 4 and 5 and its text's figures as
+"""`rdusim.studies.paper`: the SnapStream paper's Tables 4 and 5 and its text's figures as
 comparison cells, one per evidence item of `snapstream-paper.yaml`, computed from the shipped
 mappings under the shipped reading, each with the calibration ensemble's interval widened by the
 model's discrepancy.
@@ -13,9 +13,9 @@ import math
 import pytest
 
 from rdusim.api import run_mapping
+from rdusim.report.cells import Cell
+from rdusim.studies import paper as pp
 from rdusim.uncertainty.ensemble import shipped_ensemble
-from rdusim.validation import paper as pp
-from rdusim.validation.cells import Cell
 from rdusim.validation.items import Bound, Use, shipped_evidence
 from rdusim.validation.likelihood import sigma
 from rdusim.validation.posterior import Z90
