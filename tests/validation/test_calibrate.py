@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rdusim.errors import SpecError
 from rdusim.spec.hardware import load_hardware, preset_path, presets
 from rdusim.uncertainty.ensemble import ENSEMBLE_FILE, Ensemble, shipped_ensemble
 from rdusim.uncertainty.parameters import BY_NAME, PARAMETERS
@@ -177,6 +178,25 @@ def test_write_calibration_writes_the_ensemble_and_patched_presets(tmp_path: Pat
         changed = {a.split(":")[0].strip() for a, b in zip(old, new, strict=True) if a != b}
         assert changed == {p.path[1] for p in PARAMETERS}  # only the calibrated entries
         assert preset_path(name).read_bytes() == shipped[name]  # the package is untouched
+
+
+def test_write_calibration_refuses_a_preset_it_cannot_patch_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A preset that holds a calibrated entry other than on its own `key: value` line (valid
+    YAML, but not patchable in place) is named, with the entry, before any file is written."""
+    text = preset_path("sn40l-8").read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines() if ln.startswith("  hbm_usable_fraction:"))
+    odd = tmp_path / "odd.yaml"
+    odd.write_text(text.replace(line, line.replace(": ", ":\n    ")), encoding="utf-8")
+    assert load_hardware(odd) == load_hardware("sn40l-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(SpecError) as exc:
+        cal.write_calibration(fake_calibration(), out, [preset_path("sn40l-16"), odd])
+    assert exc.value.file == str(odd)
+    assert "calibration.hbm_usable_fraction" in exc.value.problem
+    assert list(out.iterdir()) == []
 
 
 def test_relative_spread() -> None:
