@@ -25,8 +25,7 @@ from pydantic import BaseModel
 from ruamel.yaml import YAML
 
 from rdusim.errors import SpecError, SpecTypeError
-from rdusim.spec.catalog import resolve_mapping, resolve_model, shipped_models
-from rdusim.spec.hardware import PRESETS, preset_path
+from rdusim.spec.catalog import resolve_mapping, resolve_model, shipped_models, shipped_presets
 from rdusim.spec.mapping import (
     KernelSpec,
     MappingSpec,
@@ -597,7 +596,7 @@ def _rebased(text: str, base: Path | None, target_dir: Path, find: Finder) -> st
     if here is None or find(text, target_dir) == here:
         return text
     shipped = {p.resolve(): name for name, p in shipped_models().items()}
-    shipped |= {preset_path(n).resolve(): n for n in PRESETS}
+    shipped |= {p.resolve(): name for name, p in shipped_presets().items()}
     name = shipped.get(here)
     if name is not None and find(name, target_dir) == here:
         return name
@@ -612,8 +611,9 @@ def _find_model(text: str, base: Path | None) -> Path | None:
 
 
 def _find_hardware(text: str, base: Path | None) -> Path | None:
-    if text in PRESETS:
-        return preset_path(text).resolve()
+    preset = shipped_presets().get(text)
+    if preset is not None:
+        return preset.resolve()
     path = Path(text)
     found = next((c for c in (base / path if base else path, path) if c.is_file()), None)
     return found.resolve() if found else None

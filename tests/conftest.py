@@ -1,16 +1,19 @@
-"""Shared fixtures: repository paths, the shipped model specs, and a CLI runner.
+"""Shared fixtures: repository paths, the shipped model specs, a CLI runner, and a stand-in for
+rdusim's hardware folder.
 
 Fixtures here are generic on purpose so the spec, IR, compiler and simulator tests can share them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from rdusim.spec import catalog
 from rdusim.spec.model import DeepSeekV3Config, LlamaConfig, load_model_config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -182,3 +185,20 @@ def r1_mapping(tmp_path, mappings_dir, models_dir):
 def line_with(text: str, needle: str) -> int:
     """1-based number of the first line of `text` containing `needle`."""
     return next(i for i, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+@pytest.fixture
+def hardware_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary folder holding copies of the shipped presets, found in place of rdusim's
+    `hardware/` package folder: a YAML written into it is a shipped preset for the test."""
+    folder = tmp_path / "hardware"
+    folder.mkdir()
+    for path in catalog.shipped_presets().values():
+        shutil.copy(path, folder / path.name)
+    package_dir = catalog.package_dir
+    monkeypatch.setattr(
+        catalog, "package_dir", lambda name: folder if name == "hardware" else package_dir(name)
+    )
+    catalog.shipped_presets.cache_clear()
+    yield folder
+    catalog.shipped_presets.cache_clear()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rdusim.spec.catalog import shipped_mappings, shipped_models
-from rdusim.spec.hardware import PRESETS
+from rdusim.spec.hardware import presets
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def test_json_lists_every_shipped_name(listed) -> None:
     code, out, err = listed("--json")
     assert code == 0, err
     cat = json.loads(out)
-    assert [h["name"] for h in cat["hardware"]] == list(PRESETS)
+    assert [h["name"] for h in cat["hardware"]] == list(presets())
     assert [m["name"] for m in cat["models"]] == list(shipped_models())
     assert [m["name"] for m in cat["mappings"]] == list(shipped_mappings())
 

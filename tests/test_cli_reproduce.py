@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -26,10 +27,10 @@ import pytest
 from rdusim.report.cells import Cell
 from rdusim.report.evidence import render_calibration, render_validation
 from rdusim.report.tables import CELL_COLUMNS
-from rdusim.spec.hardware import PRESETS, load_hardware, preset_path
+from rdusim.spec.hardware import load_hardware, preset_path, presets
 from rdusim.studies import paper as pp
 from rdusim.uncertainty.ensemble import ENSEMBLE_FILE, Ensemble, shipped_ensemble
-from rdusim.uncertainty.parameters import PARAMETERS
+from rdusim.uncertainty.parameters import BY_NAME, PARAMETERS
 from rdusim.validation import calibrate, check
 from rdusim.validation.items import Use, shipped_evidence
 from rdusim.validation.loo import Prediction
@@ -464,22 +465,48 @@ def test_calibrate_json(run_cli: Cli, fitted: list[dict[str, Any]]) -> None:
 def test_calibrate_writes_into_out(
     run_cli: Cli, fitted: list[dict[str, Any]], tmp_path: Path
 ) -> None:
-    shipped = {p: preset_path(p).read_bytes() for p in PRESETS}
+    shipped = {p: preset_path(p).read_bytes() for p in presets()}
     code, out, err = run_cli(["calibrate", "--write", "--out", tmp_path])
     assert code == 0, err
-    names = [ENSEMBLE_FILE, *(f"{p}.yaml" for p in PRESETS)]
+    names = [ENSEMBLE_FILE, *(f"{p}.yaml" for p in presets())]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
     assert out.rstrip().endswith(f"wrote {', '.join(names)} to {tmp_path}/")
     ensemble = fake_calibration().ensemble
     data = json.loads((tmp_path / ENSEMBLE_FILE).read_text(encoding="utf-8"))
     assert Ensemble.from_dict(data) == ensemble
-    for p in PRESETS:
+    for p in presets():
         hw = load_hardware(tmp_path / f"{p}.yaml")
         assert hw.name == load_hardware(p).name
         assert preset_path(p).read_bytes() == shipped[p]
     # with --json, stdout is the JSON alone and the note goes to stderr
     code, out, err = run_cli(["calibrate", "--write", "--out", tmp_path, "--json"])
     assert code == 0 and json.loads(out) and f"to {tmp_path}/" in err
+
+
+def test_calibrate_write_patches_every_preset_of_the_hardware_folder(
+    run_cli: Cli, hardware_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --out, `calibrate --write` writes into rdusim's hardware folder: the ensemble,
+    and its median into every preset found there, a dropped-in one included."""
+    text = (hardware_folder / "sn40l-8.yaml").read_text(encoding="utf-8")
+    new = text.replace("name: sn40l-8\n", "name: sn40x-8\n")
+    (hardware_folder / "sn40x-8.yaml").write_text(new, encoding="utf-8")
+    e = shipped_ensemble()
+    assert e is not None
+    moved = {n: BY_NAME[n].from_free(BY_NAME[n].to_free(v) + 0.1) for n, v in e.median.items()}
+    result = fake_calibration(dataclasses.replace(e, median=moved))
+    monkeypatch.setattr(calibrate, "calibrate", lambda **_: result)
+    code, out, err = run_cli(["calibrate", "--write"])
+    assert code == 0, err
+    names = [ENSEMBLE_FILE, "sn40l-16.yaml", "sn40l-8.yaml", "sn40x-8.yaml"]
+    assert out.rstrip().endswith(f"wrote {', '.join(names)} to {hardware_folder}/")
+    data = json.loads((hardware_folder / ENSEMBLE_FILE).read_text(encoding="utf-8"))
+    assert Ensemble.from_dict(data) == result.ensemble
+    assert presets() == ("sn40l-16", "sn40l-8", "sn40x-8")
+    for name in presets():
+        hw = load_hardware(name)
+        for p in PARAMETERS:
+            assert p.get(hw) == float(calibrate.format_value(moved[p.name])), (name, p.name)
 
 
 # --- validate and calibrate for real (slow, one run each per session) -------------------------
@@ -525,9 +552,9 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     """`rdusim calibrate --write --out DIR --json`: (DIR, {code, out, err, presets before})."""
 
     def run(folder: Path) -> dict[str, Any]:
-        before = {p: preset_path(p).read_text(encoding="utf-8") for p in PRESETS}
+        before = {p: preset_path(p).read_text(encoding="utf-8") for p in presets()}
         result = _main(["calibrate", "--write", "--out", str(folder), "--json"])
-        after = {p: preset_path(p).read_text(encoding="utf-8") for p in PRESETS}
+        after = {p: preset_path(p).read_text(encoding="utf-8") for p in presets()}
         return result | {"package_untouched": before == after}
 
     return _shared_run(tmp_path_factory, "calibrate", run)
@@ -643,14 +670,14 @@ def test_calibrate_writes_loadable_presets_and_ensemble(calibrated) -> None:
     folder, run = calibrated
     assert run["code"] == 0, run["err"]
     assert run["package_untouched"]  # --out: the shipped presets are left alone
-    names = [ENSEMBLE_FILE, *(f"{p}.yaml" for p in PRESETS)]
+    names = [ENSEMBLE_FILE, *(f"{p}.yaml" for p in presets())]
     assert sorted(p.name for p in folder.iterdir()) == sorted(names)
     assert f"wrote {', '.join(names)} to {folder}/" in run["err"]  # --json: the note on stderr
     ensemble = Ensemble.from_dict(json.loads((folder / ENSEMBLE_FILE).read_text()))
     assert len(ensemble) == calibrate.MEMBERS and ensemble.seed == calibrate.SEED
     assert list(ensemble.names) == NAMES
     assert list(ensemble.fitted_items) == EV.ids(Use.FIT)
-    for p in PRESETS:
+    for p in presets():
         hw = load_hardware(folder / f"{p}.yaml")
         for param in PARAMETERS:
             value = float(calibrate.format_value(ensemble.median[param.name]))

@@ -147,3 +147,15 @@ def test_the_checker_finds_a_cycle_through_any_kind_of_import():
         for name in imported(module, source):
             g.add_edge(unit_of(module), unit_of(name))
     assert cycles(g) == [frozenset({"rdusim.alpha", "rdusim.beta"})]
+
+
+def test_every_folder_of_modules_is_a_regular_package():
+    """A folder of rdusim that holds modules has an `__init__.py`: a namespace package is
+    skipped by import-graph tools (grimp, import-linter) and hides its imports from them."""
+    folders = {path.parent for path in PACKAGE_DIR.rglob("*.py")}
+    assert (
+        sorted(
+            str(f.relative_to(PACKAGE_DIR)) for f in folders if not (f / "__init__.py").is_file()
+        )
+        == []
+    )

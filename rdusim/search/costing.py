@@ -1,8 +1,9 @@
 """What a candidate kernel costs the search: seconds per execution, its call's share included.
 
-The search ranks thousands of candidates with a closed form (`rdusim.cost.analytic`) and times
-only its few finalists with the discrete-event simulator; both answer the same question through
-this one signature, so either can rank.
+The search ranks thousands of candidates with a closed form (`rdusim.cost.analytic`, the
+default) and times only its few finalists with the discrete-event simulator, whole programs at
+a time (`rdusim.search.mapper`). `KernelCost` is the signature a ranking cost has, so a caller
+of `auto_map` or `LayerSearch` may rank with another.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from rdusim.compiler.program import Kernel
-from rdusim.sim.kernel import time_kernel
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import Orchestration
 
@@ -21,16 +21,6 @@ class KernelCost(Protocol):
     ) -> float:
         """Seconds per execution of `kernel`, one call covering `looped_executions` of them."""
         ...
-
-
-def simulated_cost(
-    kernel: Kernel, hw: Hardware, orchestration: Orchestration, looped_executions: int
-) -> float:
-    """The discrete-event simulator's answer: exact, and slow enough to keep for finalists."""
-    timing = time_kernel(
-        kernel, hw, orchestration=orchestration.value, looped_executions=looped_executions
-    )
-    return timing.latency_s
 
 
 def analytic_cost(

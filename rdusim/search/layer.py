@@ -167,7 +167,8 @@ class LayerSearch:
         self, plan: ShardingPlan, start: int, end: int, sram_cap: float = math.inf
     ) -> tuple[Candidate | Refusal, float]:
         """The fastest tiling of ops[start:end], or a smaller K/V block when that is as fast
-        (within FRONT_GAIN): SRAM that buys no time is left free."""
+        (within FRONT_GAIN) and needs less SRAM: SRAM that buys no time is left free. (A block
+        longer than the cache holds more than the whole cache does, so it is never leaner.)"""
         best, best_s = self.best_kernel(plan, start, end, sram_cap)
         if not isinstance(best, Candidate):
             return best, best_s
@@ -175,7 +176,7 @@ class LayerSearch:
             if kv == best.kv_block:
                 break
             c = self.builders[plan].build(start, end, kv)
-            if not isinstance(c, Candidate) or c.kernel.sram_bytes > sram_cap:
+            if not isinstance(c, Candidate) or c.kernel.sram_bytes >= best.kernel.sram_bytes:
                 continue
             s = self.kernel_s(c.kernel)
             if s <= best_s * (1 + FRONT_GAIN):

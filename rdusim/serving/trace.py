@@ -1,7 +1,8 @@
 """A serving run as a Chrome Trace Event file (open it in ui.perfetto.dev).
 
 The layout follows `rdusim.sim.trace` (complete "X" events in microseconds, one process per
-piece of hardware, named threads as tracks), one level up: a process per node, and on it
+piece of hardware, named threads as tracks, all built by `rdusim.sim.trace_events`), one level
+up: a process per node, and on it
 
 * `prefill graph`: one slice per prefill execution (its graph length and requests in args);
 * `decode graph`: consecutive decode steps merged into one slice (their count in args), so a
@@ -18,30 +19,11 @@ import math
 from typing import Any
 
 from rdusim.serving.engine import EngineResult, RequestRecord
+from rdusim.sim.trace_events import complete, process, thread, trace
 from rdusim.spec.workload import DeploymentMode
 
-US = 1e6
 _TID_PREFILL, _TID_DECODE, _TID_LINK, _TID_FIRST_SLOT = 0, 1, 2, 10
 _DECODE_PID_BASE = 1000  # disaggregated decode nodes come after the prefill nodes
-
-
-def _slice(
-    name: str, cat: str, start: float, end: float, pid: int, tid: int, **args: Any
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "cat": cat,
-        "ph": "X",
-        "ts": start * US,
-        "dur": max(0.0, end - start) * US,
-        "pid": pid,
-        "tid": tid,
-        "args": args,
-    }
-
-
-def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
-    return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
 
 
 def _request_args(rec: RequestRecord) -> dict[str, Any]:
@@ -70,29 +52,21 @@ def serving_trace(result: EngineResult) -> dict[str, Any]:
     def track(pid: int, tid: int, label: str) -> tuple[int, int]:
         if (pid, tid) not in tracks:
             tracks.add((pid, tid))
-            meta.append(_meta("thread_name", pid, tid, name=label))
-            meta.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
+            meta.extend(thread(pid, tid, label, tid))
         return pid, tid
 
     events: list[dict[str, Any]] = []
     for run in result.prefills:
         pid, tid = track(prefill_pid(run.node), _TID_PREFILL, "prefill graph")
+        args = {"graph_len": run.graph_len, "requests": list(run.requests)}
         events.append(
-            _slice(
-                f"prefill {run.graph_len}",
-                "prefill",
-                run.start_s,
-                run.end_s,
-                pid,
-                tid,
-                graph_len=run.graph_len,
-                requests=list(run.requests),
-            )
+            complete(f"prefill {run.graph_len}", "prefill", run.start_s, run.end_s, pid, tid, args)
         )
     for drun in result.decode_runs:
         pid, tid = track(decode_pid(drun.node), _TID_DECODE, "decode graph")
         name = f"decode x{drun.steps}" if drun.steps > 1 else "decode"
-        events.append(_slice(name, "decode", drun.start_s, drun.end_s, pid, tid, steps=drun.steps))
+        args = {"steps": drun.steps}
+        events.append(complete(name, "decode", drun.start_s, drun.end_s, pid, tid, args))
     for rec in result.records:
         if rec.slot < 0:
             continue
@@ -100,26 +74,26 @@ def serving_trace(result: EngineResult) -> dict[str, Any]:
         if not math.isnan(rec.transfer_start_s):
             _, tid = track(pid, _TID_LINK, "KV link in")
             events.append(
-                _slice(
+                complete(
                     f"KV req {rec.id}",
                     "transfer",
                     rec.transfer_start_s,
                     rec.transfer_end_s,
                     pid,
                     tid,
-                    request=rec.id,
+                    {"request": rec.id},
                 )
             )
         _, tid = track(pid, _TID_FIRST_SLOT + rec.slot, f"slot {rec.slot}")
         events.append(
-            _slice(
+            complete(
                 f"req {rec.id}",
                 "slot",
                 rec.slot_from_s,
                 rec.last_token_s,
                 pid,
                 tid,
-                **_request_args(rec),
+                _request_args(rec),
             )
         )
     nodes: dict[int, str] = {}
@@ -129,7 +103,6 @@ def serving_trace(result: EngineResult) -> dict[str, Any]:
         nodes = {prefill_pid(i): f"prefill node {i}" for i in range(result.config.prefill_nodes)}
         nodes |= {decode_pid(i): f"decode node {i}" for i in range(result.config.decode_nodes)}
     for order, (pid, label) in enumerate(sorted(nodes.items())):
-        meta.append(_meta("process_name", pid, 0, name=label))
-        meta.append(_meta("process_sort_index", pid, 0, sort_index=order))
+        meta.extend(process(pid, label, order))
     events.sort(key=lambda e: (e["pid"], e["tid"], e["ts"]))
-    return {"traceEvents": meta + events, "displayTimeUnit": "ms"}
+    return trace(meta, events)

@@ -20,7 +20,7 @@ Detail, where drawn:
 
 Each simulated socket is a process ("pid"); its tracks are threads ("tid"). A run simulated
 with `sockets=1` stands for every socket (they run identical schedules) and shows one process.
-Times are microseconds, as the format requires.
+The events themselves are built by `rdusim.sim.trace_events`, as the serving trace's are.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from rdusim.compiler.program import ExtraRole
 from rdusim.sim.engine import Slice
 from rdusim.sim.kernel import KernelTiming
 from rdusim.sim.model import LayerResult, SimResult
+from rdusim.sim.trace_events import US, complete, process, thread, trace
 
 MERGE_GAP_S = 1e-6  # transfers closer than this on one resource become one slice
 MAX_STREAMS_IN_ARGS = 8  # names listed in a merged transfer slice's args
 DETAILED_EXECUTIONS = 1  # full trace: executions of each layer kind / extra drawn in detail
 
-US = 1e6  # seconds -> microseconds
 _TID_STRIDE = 1000  # tids are unique across processes: pid * stride + local index
 _TID_LAYERS, _TID_KERNELS, _TID_HBM, _TID_P2P, _TID_FIRST_OP = 0, 1, 2, 3, 10
 _RESOURCE_TIDS = {"HBM": _TID_HBM, "P2P": _TID_P2P}
@@ -82,25 +82,6 @@ def _merge(slices: Iterable[Slice], gap_s: float) -> Iterator[list[Slice]]:
         yield group
 
 
-def _event(
-    name: str, cat: str, start_s: float, end_s: float, pid: int, tid: int, args: dict[str, Any]
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "cat": cat,
-        "ph": "X",
-        "ts": start_s * US,
-        "dur": max(0.0, end_s - start_s) * US,
-        "pid": pid,
-        "tid": tid,
-        "args": args,
-    }
-
-
-def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
-    return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
-
-
 class _Tracks:
     """Thread ids and their metadata for one process, created on first use."""
 
@@ -123,11 +104,9 @@ class _Tracks:
     def metadata(self) -> list[dict[str, Any]]:
         out = []
         for order, (label, tid) in enumerate(self.fixed.items()):
-            out.append(_meta("thread_name", self.pid, tid, name=label))
-            out.append(_meta("thread_sort_index", self.pid, tid, sort_index=order))
+            out += thread(self.pid, tid, label, order)
         for order, (name, tid) in enumerate(self.ops.items(), start=len(self.fixed)):
-            out.append(_meta("thread_name", self.pid, tid, name=f"op {name}"))
-            out.append(_meta("thread_sort_index", self.pid, tid, sort_index=order))
+            out += thread(self.pid, tid, f"op {name}", order)
         return out
 
 
@@ -135,7 +114,7 @@ def _kernel_slice(
     k: KernelTiming, lr: LayerResult, t0: float, tracks: _Tracks, where: dict[str, Any]
 ) -> dict[str, Any]:
     """One kernel execution, its share of the call included."""
-    return _event(
+    return complete(
         k.name,
         "kernel",
         t0,
@@ -184,7 +163,7 @@ def _op_events(
             else {}
         )
         events.append(
-            _event(
+            complete(
                 name,
                 "op",
                 t0 + start,
@@ -210,7 +189,7 @@ def _transfer_events(
             ranked = sorted(held, key=lambda n: (-held[n], n))
             name = ranked[0] if len(ranked) == 1 else f"{ranked[0]} +{len(ranked) - 1}"
             events.append(
-                _event(
+                complete(
                     name,
                     track.lower(),
                     t0 + min(s.start for s in group),
@@ -340,8 +319,7 @@ def _timeline(
         label = f"socket {socket}"
         if n_sockets == 1 and program.sockets > 1:
             label += f" (stands for all {program.sockets} sockets: identical schedules)"
-        metadata.append(_meta("process_name", pid, 0, name=label))
-        metadata.append(_meta("process_sort_index", pid, 0, sort_index=socket))
+        metadata += process(pid, label, socket)
         t = 0.0
         for run in runs:
             lr, start = run.lr, t
@@ -358,26 +336,23 @@ def _timeline(
                 "latency_s": lr.latency_s,
                 "kernels": [k.name for k in lr.kernels],
             }
-            events.append(_event(run.title, "layer", start, t, pid, tracks.fixed["layers"], args))
+            events.append(complete(run.title, "layer", start, t, pid, tracks.fixed["layers"], args))
         metadata.extend(tracks.metadata())
-    return {
-        "traceEvents": metadata + events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "mapping": program.mapping,
-            "model": program.model,
-            "hardware": program.hardware,
-            "phase": program.phase,
-            "batch": program.workload.batch,
-            "seq_len": program.seq_len,
-            "snapstream": program.snapstream,
-            "sockets": program.sockets,
-            "sockets_simulated": n_sockets,
-            "total_latency_s": result.total_latency_s,
-            "layout": f"{layout}; per-tile slices aggregated per op; transfers merged across "
-            f"gaps < {merge_gap_s * US:g} us",
-        },
+    other = {
+        "mapping": program.mapping,
+        "model": program.model,
+        "hardware": program.hardware,
+        "phase": program.phase,
+        "batch": program.workload.batch,
+        "seq_len": program.seq_len,
+        "snapstream": program.snapstream,
+        "sockets": program.sockets,
+        "sockets_simulated": n_sockets,
+        "total_latency_s": result.total_latency_s,
+        "layout": f"{layout}; per-tile slices aggregated per op; transfers merged across "
+        f"gaps < {merge_gap_s * US:g} us",
     }
+    return trace(metadata, events, other)
 
 
 def chrome_trace(result: SimResult, *, merge_gap_s: float = MERGE_GAP_S) -> dict[str, Any]:

@@ -1,9 +1,12 @@
-"""The shipped model specs and mappings, found by name wherever a path is accepted.
+"""The shipped model specs, mappings and hardware presets, found by name wherever a path is
+accepted.
 
-They are package data (`rdusim/models/`, `rdusim/mappings/`), like the hardware presets, so an
-installed rdusim runs `rdusim map r1_prefill` from any directory. The rule, the same for models
-and mappings: an existing path wins; otherwise a shipped name, with or without `.yaml`;
-otherwise "file not found", listing the shipped names.
+They are package data (`rdusim/models/`, `rdusim/mappings/`, `rdusim/hardware/`), found by
+scanning their folder for `*.yaml`: a file dropped in is shipped under its stem, so an installed
+rdusim runs `rdusim map r1_prefill` from any directory, and a new hardware generation is one YAML
+file. The rule, the same for models and mappings: an existing path wins; otherwise a shipped name,
+with or without `.yaml`; otherwise "file not found", listing the shipped names. (A hardware preset
+name wins over a path: `rdusim.spec.hardware.load_hardware`.)
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ SUFFIX = ".yaml"
 
 
 def package_dir(folder: str) -> Path:
-    """A package-data folder of rdusim (`models`, `mappings`), wherever rdusim is installed."""
+    """A package-data folder of rdusim (`models`, `mappings`, `hardware`), wherever rdusim is
+    installed."""
     return Path(str(resources.files("rdusim").joinpath(folder)))
 
 
@@ -38,6 +42,13 @@ def shipped_models() -> dict[str, Path]:
 def shipped_mappings() -> dict[str, Path]:
     """The shipped mappings by name (`r1_prefill`, `r1_decode`, ...)."""
     return _shipped("mappings")
+
+
+@cache
+def shipped_presets() -> dict[str, Path]:
+    """The shipped hardware presets by name (`sn40l-16`, `sn40l-8`, ...): every `*.yaml` in
+    `rdusim/hardware/` (its `ensemble.json` is the calibration ensemble, not a preset)."""
+    return _shipped("hardware")
 
 
 def _usable(path: Path) -> bool:

@@ -1,13 +1,13 @@
 """Typed hardware spec: an SN40L socket, its links, a node, and the simulator's calibration.
 
-Presets ship as package data (`rdusim/hardware/*.yaml`); a user may point a mapping at their own
-file to ask "what if the socket had twice the SRAM".
+Presets ship as package data: every `rdusim/hardware/*.yaml` is one, named by its stem, so a new
+hardware generation is one YAML file dropped into that folder (`presets()`). A user may also point
+a mapping at their own file to ask "what if the socket had twice the SRAM".
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from rdusim.errors import SpecError
 from rdusim.spec.base import Strict
+from rdusim.spec.catalog import shipped_presets
 from rdusim.spec.yamlio import load_model
 
 # Every physical quantity is finite, and bounded below and above far from any real machine, so a
@@ -162,17 +163,27 @@ class Hardware(Strict):
         return self.node.sockets
 
 
-PRESETS = ("sn40l-16", "sn40l-8")
+def presets() -> tuple[str, ...]:
+    """The names of the shipped hardware presets, sorted: the stems of `rdusim/hardware/*.yaml`."""
+    return tuple(shipped_presets())
 
 
 def preset_path(name: str) -> Path:
-    return Path(str(resources.files("rdusim.hardware").joinpath(f"{name}.yaml")))
+    """The YAML file of the shipped preset `name`."""
+    path = shipped_presets().get(name)
+    if path is None:
+        raise SpecError(f"unknown hardware preset {name!r}", fix=f"name a preset ({_names()})")
+    return path
+
+
+def _names() -> str:
+    return ", ".join(presets())
 
 
 def load_hardware(name_or_path: str | Path, *, base_dir: Path | None = None) -> Hardware:
     """A preset by name (`sn40l-16`) or a hardware YAML file by path."""
     text = str(name_or_path)
-    if text in PRESETS:
+    if text in shipped_presets():
         return load_model(Hardware, preset_path(text))
     path = Path(text)
     if not path.is_absolute() and base_dir is not None:
@@ -183,12 +194,12 @@ def load_hardware(name_or_path: str | Path, *, base_dir: Path | None = None) -> 
             raise SpecError(
                 f"hardware file {text!r} not found next to the mapping ({base_dir}) or in the "
                 "current directory",
-                fix=f"give a path relative to the mapping file, or a preset ({', '.join(PRESETS)})",
+                fix=f"give a path relative to the mapping file, or a preset ({_names()})",
             )
         path = found or path
     if path.suffix not in (".yaml", ".yml", ".json") and not path.exists():
         raise SpecError(
             f"unknown hardware {text!r}",
-            fix=f"name a preset ({', '.join(PRESETS)}) or the path of a hardware YAML file",
+            fix=f"name a preset ({_names()}) or the path of a hardware YAML file",
         )
     return load_model(Hardware, path)

@@ -5,7 +5,7 @@ mode, Laplace covariance, importance sampling), and resamples a seeded ensemble 
 sets. Each parameter's summary says its prior range, its posterior quantiles, how much the
 evidence narrowed it, and which items pin it most; each shared deployment's summary says which
 of its readings the evidence favours. `write_calibration` stores the ensemble as package data
-and puts its median into the hardware presets, so the point values are the ensemble's median.
+and puts its median into every hardware preset, so the point values are the ensemble's median.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rdusim.errors import SpecError
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.uncertainty.ensemble import ENSEMBLE_FILE, Ensemble
 from rdusim.uncertainty.parameters import PARAMETERS, values_of
@@ -230,17 +231,28 @@ def preset_values(ensemble: Ensemble) -> dict[tuple[str, str], str]:
 
 def write_calibration(cal: Calibration, folder: Path, presets: Sequence[Path]) -> list[Path]:
     """The ensemble as `folder/ensemble.json` and its median in each preset written to
-    `folder`; the paths written."""
-    written = []
+    `folder`; the paths written. Every preset is patched before anything is written, so a preset
+    that lacks an entry (a SpecError naming it and the entries) leaves `folder` as it was."""
+    values = preset_values(cal.ensemble)
+    patched = {}
+    for preset in presets:
+        try:
+            patched[folder / preset.name] = patch_sections(
+                preset.read_text(encoding="utf-8"), values
+            )
+        except KeyError as missing:
+            raise SpecError(
+                "cannot write the calibration into it: no indented `key: value` line for "
+                f"{missing.args[0]}",
+                file=str(preset),
+                fix="write each calibrated entry on its own line under its section, as "
+                "sn40l-16.yaml does",
+            ) from None
     target = folder / ENSEMBLE_FILE
     target.write_text(json.dumps(cal.ensemble.as_dict(), indent=1) + "\n", encoding="utf-8")
-    written.append(target)
-    for preset in presets:
-        text = patch_sections(preset.read_text(encoding="utf-8"), preset_values(cal.ensemble))
-        out = folder / preset.name
+    for out, text in patched.items():
         out.write_text(text, encoding="utf-8")
-        written.append(out)
-    return written
+    return [target, *patched]
 
 
 def relative_spread(values: Sequence[float]) -> float:

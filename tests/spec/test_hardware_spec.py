@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 
 from rdusim.errors import SpecError, SpecErrors
-from rdusim.spec.hardware import PRESETS, Calibration, Hardware, load_hardware, preset_path
+from rdusim.spec.catalog import package_dir
+from rdusim.spec.hardware import Calibration, Hardware, load_hardware, preset_path, presets
+from rdusim.uncertainty.ensemble import ensemble_path
 
 
 def preset_text(name: str = "sn40l-16") -> str:
@@ -51,10 +54,22 @@ def test_presets_differ_only_in_name_and_node():
     assert (a.node.sockets, b.node.sockets) == (16, 8)
 
 
-def test_preset_names():
-    assert set(PRESETS) == {"sn40l-16", "sn40l-8"}
-    for name in PRESETS:
+def test_presets_are_the_yaml_files_of_the_hardware_folder():
+    folder = package_dir("hardware")
+    assert presets() == tuple(sorted(p.stem for p in folder.glob("*.yaml")))
+    assert {"sn40l-16", "sn40l-8"} <= set(presets())
+    # the calibration ensemble lives beside them and is not a preset
+    assert ensemble_path().parent == folder and ensemble_path().stem not in presets()
+    for name in presets():
+        assert preset_path(name) == folder / f"{name}.yaml"
         assert preset_path(name).is_file()
+
+
+def test_an_unknown_preset_path_lists_the_presets():
+    with pytest.raises(SpecError) as exc:
+        preset_path("sn40l-32")
+    assert "sn40l-32" in exc.value.problem
+    assert all(name in exc.value.fix for name in presets())
 
 
 def _is_value(line: str) -> bool:
@@ -83,10 +98,10 @@ def _uncommented_values(text: str) -> list[int]:
     return missing
 
 
-def test_every_preset_value_has_a_source_or_assumption_comment():
+@pytest.mark.parametrize("name", presets())
+def test_every_preset_value_has_a_source_or_assumption_comment(name):
     """Each numeric leaf of a preset carries a comment on its line or just above it."""
-    for name in PRESETS:
-        assert _uncommented_values(preset_text(name)) == [], name
+    assert _uncommented_values(preset_text(name)) == []
 
 
 def test_the_comment_check_finds_an_uncommented_value():
@@ -131,7 +146,7 @@ TIMES = ("argument_load_s", "host_round_trip_s")
 BANDWIDTHS = ("config_bandwidth",)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", presets())
 def test_calibration_values_are_fractions_times_or_bandwidths(name):
     hw = load_hardware(name)
     c = hw.calibration
@@ -175,16 +190,28 @@ def _calibration_comments(text: str) -> dict[str, str]:
 PROVENANCE = ("Fitted on", "Not fitted", "Prior")
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+def _calibration_provenance_problems(text: str) -> list[str]:
+    """The calibration keys of a preset whose comment does not say what pins them, or says both
+    fitted and not fitted (and a line for each key missing or not in the schema)."""
+    comments = _calibration_comments(text)
+    problems = [f"{key}: no entry" for key in set(Calibration.model_fields) - set(comments)]
+    problems += [
+        f"{key}: not a calibration key" for key in set(comments) - set(Calibration.model_fields)
+    ]
+    for key, comment in comments.items():
+        if not any(m in comment for m in PROVENANCE):
+            problems.append(f"{key}: {comment!r}")
+        if "Fitted on" in comment and "Not fitted" in comment:
+            problems.append(f"{key}: both fitted and not fitted")
+    return problems
+
+
+@pytest.mark.parametrize("name", presets())
 def test_every_calibration_value_says_what_it_was_fitted_on(name):
     """Each calibration key's comment says what pins it: "Fitted on: ..." (the data it was
     fitted on), "Not fitted: ..." or "Prior: ..." (where the value comes from); never both
     fitted and not fitted."""
-    comments = _calibration_comments(preset_text(name))
-    assert set(comments) == set(Calibration.model_fields), name
-    for key, comment in comments.items():
-        assert any(m in comment for m in PROVENANCE), f"{name}: {key}: {comment!r}"
-        assert not ("Fitted on" in comment and "Not fitted" in comment), f"{name}: {key}"
+    assert _calibration_provenance_problems(preset_text(name)) == []
 
 
 def test_the_provenance_check_refuses_a_bare_comment():
@@ -366,3 +393,62 @@ def test_missing_hardware_file(tmp_path):
         load_hardware(tmp_path / "nope.yaml")
     assert exc.value.file == str(tmp_path / "nope.yaml")
     assert "not found" in exc.value.problem
+
+
+# --- a new hardware generation is one YAML file ----------------------------------------------
+
+NEW = "sn40x-4"
+
+
+def new_generation_text() -> str:
+    """sn40l-8's preset as a hypothetical 4-socket node with twice the HBM bandwidth (read from
+    the folder, not found by name: the folder is scanned once, and the new file is not yet in)."""
+    text = (package_dir("hardware") / "sn40l-8.yaml").read_text(encoding="utf-8")
+    edits = {
+        r"^name: sn40l-8$": f"name: {NEW}",
+        r"^    bandwidth: 1\.6e\+12 .*$": "    bandwidth: 3.2e+12        # ASSUMPTION: twice sn40l's",
+        r"^  sockets: 8 .*$": "  sockets: 4                  # ASSUMPTION: a half node",
+    }
+    for pattern, line in edits.items():
+        text, n = re.subn(pattern, line, text, flags=re.M)
+        assert n == 1, pattern
+    return text
+
+
+def test_a_yaml_dropped_into_the_hardware_folder_is_a_preset(
+    hardware_folder, run_cli, tmp_path, monkeypatch
+):
+    """A new generation needs its YAML file and nothing else: it is a preset name for
+    `load_hardware`, `--set hardware=...` and `rdusim list`, and the provenance checks read it
+    as they read the presets that ship."""
+    (hardware_folder / f"{NEW}.yaml").write_text(new_generation_text(), encoding="utf-8")
+    assert presets() == ("sn40l-16", "sn40l-8", NEW)
+    hw = load_hardware(NEW)
+    assert (hw.name, hw.sockets, hw.socket.hbm.bandwidth) == (NEW, 4, 3.2e12)
+    for name in presets():
+        text = preset_text(name)
+        assert _uncommented_values(text) == [], name
+        assert _calibration_provenance_problems(text) == [], name
+
+    monkeypatch.chdir(tmp_path)  # no file of that name here: the preset is what is found
+    code, out, err = run_cli(["map", "llama31_8b_decode", "--set", f"hardware={NEW}", "--json"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert (report["hardware"], report["sockets"]) == (NEW, 4)
+    assert report["throughput_tokens_per_s"] > 0
+
+    code, out, err = run_cli(["list", "--json"])
+    assert code == 0, err
+    listed = {h["name"]: h for h in json.loads(out)["hardware"]}
+    assert list(listed) == list(presets())
+    assert listed[NEW] == {"name": NEW, "sockets": 4, "file": str(hardware_folder / f"{NEW}.yaml")}
+    code, out, _ = run_cli(["list"])
+    assert code == 0 and NEW in out.split("\n\n")[0]
+
+
+def test_a_dropped_in_preset_without_sources_fails_the_provenance_checks(hardware_folder):
+    text = re.sub(r"\s*#.*$", "", new_generation_text(), flags=re.M)  # every comment dropped
+    (hardware_folder / f"{NEW}.yaml").write_text(text, encoding="utf-8")
+    assert load_hardware(NEW).sockets == 4  # a valid preset ...
+    assert _uncommented_values(preset_text(NEW))  # ... that the checks refuse
+    assert _calibration_provenance_problems(preset_text(NEW))

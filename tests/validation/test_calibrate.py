@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rdusim.spec.hardware import PRESETS, load_hardware, preset_path
+from rdusim.errors import SpecError
+from rdusim.spec.hardware import load_hardware, preset_path, presets
 from rdusim.uncertainty.ensemble import ENSEMBLE_FILE, Ensemble, shipped_ensemble
 from rdusim.uncertainty.parameters import BY_NAME, PARAMETERS
 from rdusim.validation import calibrate as cal
@@ -86,7 +87,7 @@ def test_every_narrowed_parameter_names_what_pins_it() -> None:
             assert s["pinned_by"], f"{name} is narrowed to {s['narrowing']:.2f} by nothing"
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", presets())
 def test_the_presets_hold_the_ensemble_median(preset: str) -> None:
     """The point values are the ensemble's median, to the four digits the presets keep, and
     writing them again would change nothing."""
@@ -161,13 +162,13 @@ def test_write_calibration_writes_the_ensemble_and_patched_presets(tmp_path: Pat
     e = ensemble()
     moved = {n: BY_NAME[n].from_free(BY_NAME[n].to_free(v) + 0.1) for n, v in e.median.items()}
     c = fake_calibration(dataclasses.replace(e, median=moved))
-    shipped = {name: preset_path(name).read_bytes() for name in PRESETS}
-    written = cal.write_calibration(c, tmp_path, [preset_path(name) for name in PRESETS])
-    assert [p.name for p in written] == [ENSEMBLE_FILE, *(f"{n}.yaml" for n in PRESETS)]
+    shipped = {name: preset_path(name).read_bytes() for name in presets()}
+    written = cal.write_calibration(c, tmp_path, [preset_path(name) for name in presets()])
+    assert [p.name for p in written] == [ENSEMBLE_FILE, *(f"{n}.yaml" for n in presets())]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in written)
     data = json.loads((tmp_path / ENSEMBLE_FILE).read_text(encoding="utf-8"))
     assert Ensemble.from_dict(data) == c.ensemble
-    for name in PRESETS:
+    for name in presets():
         hw = load_hardware(tmp_path / f"{name}.yaml")
         for p in PARAMETERS:
             assert p.get(hw) == float(cal.format_value(moved[p.name])), p.name
@@ -177,6 +178,25 @@ def test_write_calibration_writes_the_ensemble_and_patched_presets(tmp_path: Pat
         changed = {a.split(":")[0].strip() for a, b in zip(old, new, strict=True) if a != b}
         assert changed == {p.path[1] for p in PARAMETERS}  # only the calibrated entries
         assert preset_path(name).read_bytes() == shipped[name]  # the package is untouched
+
+
+def test_write_calibration_refuses_a_preset_it_cannot_patch_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A preset that holds a calibrated entry other than on its own `key: value` line (valid
+    YAML, but not patchable in place) is named, with the entry, before any file is written."""
+    text = preset_path("sn40l-8").read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines() if ln.startswith("  hbm_usable_fraction:"))
+    odd = tmp_path / "odd.yaml"
+    odd.write_text(text.replace(line, line.replace(": ", ":\n    ")), encoding="utf-8")
+    assert load_hardware(odd) == load_hardware("sn40l-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(SpecError) as exc:
+        cal.write_calibration(fake_calibration(), out, [preset_path("sn40l-16"), odd])
+    assert exc.value.file == str(odd)
+    assert "calibration.hbm_usable_fraction" in exc.value.problem
+    assert list(out.iterdir()) == []
 
 
 def test_relative_spread() -> None:

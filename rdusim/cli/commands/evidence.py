@@ -53,8 +53,8 @@ def _register_calibrate(sub: Subparsers) -> None:
     c.add_argument(
         "--write",
         action="store_true",
-        help="write the ensemble (ensemble.json) and its median into the hardware presets, in "
-        "rdusim's package folder or --out DIR",
+        help="write the ensemble (ensemble.json) and its median into every hardware preset "
+        "(each *.yaml of rdusim's hardware folder), in that folder or --out DIR",
     )
     add_out(c, help="with --write: the folder to write into")
     add_json(c, help="print the posterior summary as JSON")
@@ -89,7 +89,7 @@ def validate_command(args: argparse.Namespace) -> int:
 
 def calibrate_command(args: argparse.Namespace) -> int:
     from rdusim.report.evidence import render_calibration
-    from rdusim.spec.hardware import PRESETS, preset_path
+    from rdusim.spec.catalog import shipped_presets
     from rdusim.validation.calibrate import calibrate, write_calibration
     from rdusim.validation.defaults import DRAWS
 
@@ -107,7 +107,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     written = []
     if folder is not None:  # the fit took minutes: keep it before anything is printed
         folder.mkdir(parents=True, exist_ok=True)
-        written = write_calibration(cal, folder, [preset_path(p) for p in PRESETS])
+        written = write_calibration(cal, folder, list(shipped_presets().values()))
     if args.json:
         print(dump_json(data), end="")
     else:
@@ -121,12 +121,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
 def _calibration_folder(args: argparse.Namespace) -> Path | None:
     """Where `--write` puts the ensemble and presets (checked before the fit), or None."""
     from rdusim.outputs import output_dir
-    from rdusim.spec.hardware import PRESETS, preset_path
+    from rdusim.spec.catalog import package_dir, shipped_presets
     from rdusim.uncertainty.ensemble import ENSEMBLE_FILE
 
     if args.write:
-        names = [ENSEMBLE_FILE, *(f"{p}.yaml" for p in PRESETS)]
-        return output_dir(args.out, "--out", names) if args.out else preset_path(PRESETS[0]).parent
+        names = [ENSEMBLE_FILE, *(p.name for p in shipped_presets().values())]
+        return output_dir(args.out, "--out", names) if args.out else package_dir("hardware")
     if args.out:
         raise SpecError("--out only applies with --write", key="--out", fix="add --write")
     return None

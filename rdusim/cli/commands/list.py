@@ -45,13 +45,13 @@ def _mapping_row(name: str, path: Path) -> dict[str, Any]:
 def _catalog() -> dict[str, list[dict[str, Any]]]:
     """What ships with rdusim and can be named instead of a path: presets, models, mappings."""
     from rdusim.ir.model import summarize
-    from rdusim.spec.catalog import shipped_mappings, shipped_models
-    from rdusim.spec.hardware import PRESETS, load_hardware, preset_path
+    from rdusim.spec.catalog import shipped_mappings, shipped_models, shipped_presets
+    from rdusim.spec.hardware import load_hardware
     from rdusim.spec.model import load_model_config
 
     hardware = [
-        {"name": n, "sockets": load_hardware(n).sockets, "file": str(preset_path(n))}
-        for n in PRESETS
+        {"name": n, "sockets": load_hardware(n).sockets, "file": str(path)}
+        for n, path in shipped_presets().items()
     ]
     models = []
     for name, path in shipped_models().items():
