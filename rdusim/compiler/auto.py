@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rdusim.ir.graph import Graph, OpKind, Phase
+from rdusim.ir.graph import Graph, Phase
 from rdusim.spec.mapping import KernelSpec, Sharding, Tiling
 
 # A greedy kernel closes when its SRAM estimate would pass this fraction of a socket's SRAM,
@@ -28,7 +28,7 @@ def auto_kernels(
     """Greedy kernels for `graph`; `estimate_sram(ops)` returns a candidate kernel's SRAM bytes."""
     kernels: list[list[str]] = []
     current: list[str] = []
-    attention_ops = {n for n, op in graph.ops.items() if op.kind == OpKind.ATTENTION}
+    attention_ops = {n for n, op in graph.ops.items() if op.traits.is_attention}
     for name in graph.order():
         solo = phase == Phase.PREFILL and name in attention_ops
         if solo:

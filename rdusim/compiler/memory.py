@@ -6,7 +6,7 @@ from rdusim.compiler.program import HBMPlan, Kernel, LayerProgram, OpPlan
 from rdusim.compiler.sharding import cache_share, kv_input_share
 from rdusim.errors import InfeasibleError
 from rdusim.ir.attrs import AttentionAttrs
-from rdusim.ir.graph import CostClass, Graph, Op, OpKind, Phase, TensorKind, Workload
+from rdusim.ir.graph import CostClass, Graph, Op, Phase, TensorKind, Workload
 from rdusim.ir.model import attention_window, cache_bytes
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.yamlio import kernel_key
@@ -103,7 +103,7 @@ def kv_share(layer: LayerProgram, sockets: int, wl: Workload) -> float:
     """Fraction of the layer's KV cache one socket stores (see `sharding.cache_share`)."""
     for k in layer.kernels:
         for p in k.ops:
-            if p.kind == OpKind.ATTENTION:
+            if p.traits.is_attention:
                 return cache_share(
                     layer.graph.ops[p.name], p.strategy, p.degree, wl.batch, p.seq_split
                 )
@@ -119,7 +119,7 @@ def plan_hbm(
     )
     kv = 0.0
     for lp in layers:
-        if not any(p.kind == OpKind.ATTENTION for k in lp.kernels for p in k.ops):
+        if not any(p.traits.is_attention for k in lp.kernels for p in k.ops):
             continue
         if phase == Phase.DECODE:
             kv += lp.count * cache_bytes(lp.graph, wl) * kv_share(lp, hw.sockets, wl)

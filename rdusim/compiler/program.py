@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from rdusim.compiler.collectives import CollectiveKind
+from rdusim.ir.attrs import KindTraits, traits_of
 from rdusim.ir.graph import (
     CacheRole,
     CostClass,
@@ -70,6 +71,11 @@ class OpPlan:
     weight_read_bytes: float | None = None
     seq_split: int = 1  # sockets each sequence's cached positions are split over (split-KV)
     experts_touched: float | None = None  # expected distinct routed experts per execution
+
+    @property
+    def traits(self) -> KindTraits:
+        """What its kind implies (`rdusim.ir.attrs.TRAITS`)."""
+        return traits_of(self.kind)
 
     @property
     def streamed_weight_bytes(self) -> float:
@@ -235,7 +241,7 @@ class Program:
         """The decode step's cache update as compiled, in the most numerous layer kind: the
         kernel that writes the new rows, each socket's sequences, the cache rows."""
         layer = max(self.layers.values(), key=lambda lp: lp.count)
-        attention = next(p for k in layer.kernels for p in k.ops if p.kind == OpKind.ATTENTION)
+        attention = next(p for k in layer.kernels for p in k.ops if p.traits.is_attention)
         batch = self.workload.batch
         seqs = -(-batch // attention.degree) if attention.strategy == "dp" else batch
         graph = layer.graph
@@ -257,7 +263,7 @@ class Program:
 def _writes_cache(op: Op, graph: Graph) -> bool:
     """A scatter into a KV cache (decode reads the cache it updates in place)."""
     tensors = (graph.tensors[t] for t in (*op.inputs, *op.outputs))
-    return op.kind == OpKind.SCATTER and any(t.kind == TensorKind.CACHE for t in tensors)
+    return op.traits.writes_cache and any(t.kind == TensorKind.CACHE for t in tensors)
 
 
 def _row_bytes(caches: list[Tensor], roles: tuple[CacheRole, ...]) -> float:

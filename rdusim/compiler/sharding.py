@@ -24,7 +24,7 @@ from rdusim.compiler.program import Collective, Layout, OpPlan
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
 from rdusim.ir.attrs import AttentionAttrs, ElementwiseAttrs, GemmAttrs, head_count, window_of
-from rdusim.ir.graph import Graph, Op, OpKind, TensorKind, TPMode, Workload
+from rdusim.ir.graph import Graph, Op, TensorKind, TPMode, Workload
 from rdusim.spec.mapping import Sharding
 from rdusim.spec.yamlio import kernel_key
 
@@ -103,7 +103,7 @@ def _error(
 
 def is_cached_attention(op: Op) -> bool:
     """Decode attention: queries of this step against a cache read from HBM."""
-    return op.kind == OpKind.ATTENTION and op.read is not None
+    return op.traits.is_attention and op.read is not None
 
 
 def small_batch_split(op: Op, sh: OpSharding, batch: int) -> OpSharding:
@@ -296,7 +296,7 @@ def _work_share(op: Op, sh: OpSharding, wl: Workload, prefill: bool) -> float:
     if sh.strategy == "sp":
         return 1.0 / sh.degree
     if sh.strategy == "dp":
-        units = wl.batch if op.kind == OpKind.ATTENTION else split_units(wl, prefill)
+        units = wl.batch if op.traits.is_attention else split_units(wl, prefill)
         return _share(T, sh.degree, units) / sh.seq_split
     if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not prefill:
         return 1.0  # replicated token-wise work in decode
@@ -463,11 +463,11 @@ def _plan_op(
     if op.read is not None:
         share = (
             cache_share(op, sh.strategy, sh.degree, wl.batch, sh.seq_split)
-            if op.kind == OpKind.ATTENTION
+            if op.traits.is_attention
             else frac
         )
         cache_read = costs.bytes_read(op, graph, wl) * share
-        if op.kind in (OpKind.GATHER, OpKind.GEMM):
+        if op.traits.read_replaces_inputs:
             hbm_read = 0.0  # the read shape replaces the whole-tensor reads
     hbm_read += _flash_reread(graph, op, sh, ctx.kv_blocks.get(fk.spec.name), frac, wl)
     out_bytes = sum(graph.tensors[t].nbytes(wl.env()) for t in op.outputs)

@@ -195,6 +195,54 @@ ATTRS_OF: dict[OpKind, type[OpAttrs]] = {
 }
 
 
+@dataclass(frozen=True)
+class KindTraits:
+    """What the compiler and the search ask of an op by its kind, so that a pass reads a named
+    property instead of comparing kinds (a new kind states what applies in its `TRAITS` entry).
+
+    `is_attention`: scores queries against keys. Its layers hold the KV cache (the share one
+    socket stores follows the attention's split); a data-parallel split divides its sequences,
+    not its tokens; a decode one reads its cache share from HBM; a prefill one runs in a kernel
+    of its own, tiled by K/V blocks.
+    `writes_cache`: may write rows into a KV cache (the kernel a decode step's cache update runs
+    in is the one with such an op on a cache tensor).
+    `read_replaces_inputs`: its explicit read (`Access`) stands for its input tensors in its HBM
+    traffic (a gather's rows, scores over a cache window); another kind's explicit read comes on
+    top of its inputs.
+    `joins_attention_block`: moves with a cached attention it feeds queries or takes output from
+    (MLA's `q_absorb`, `v_absorb`), when that attention is split over the sequence.
+    """
+
+    is_attention: bool = False
+    writes_cache: bool = False
+    read_replaces_inputs: bool = False
+    joins_attention_block: bool = False
+
+
+TRAITS: dict[OpKind, KindTraits] = {
+    OpKind.GEMM: KindTraits(read_replaces_inputs=True, joins_attention_block=True),
+    OpKind.ATTENTION: KindTraits(is_attention=True),
+    OpKind.NORM: KindTraits(),
+    OpKind.ELEMENTWISE: KindTraits(),
+    OpKind.ROPE: KindTraits(),
+    OpKind.SOFTMAX: KindTraits(),
+    OpKind.REDUCE: KindTraits(),
+    OpKind.ROUTER: KindTraits(),
+    OpKind.POOL: KindTraits(),
+    OpKind.TOPK: KindTraits(),
+    OpKind.SORT: KindTraits(),
+    OpKind.GATHER: KindTraits(read_replaces_inputs=True),
+    OpKind.EMBED: KindTraits(),  # its read (the table's rows) comes on top of the token ids
+    OpKind.SCATTER: KindTraits(writes_cache=True),
+    OpKind.CONCAT: KindTraits(),
+}
+
+
+def traits_of(kind: OpKind) -> KindTraits:
+    """The traits of `kind` (`TRAITS`)."""
+    return TRAITS[kind]
+
+
 # kinds an op may be given without attributes: every field of their class has a default
 _DEFAULT_ATTRS: dict[OpKind, Callable[[], OpAttrs]] = {
     OpKind.NORM: NormAttrs,

@@ -19,6 +19,7 @@ from rdusim.ir.attrs import (
     ATTRS_OF,
     Access,
     Dim,
+    KindTraits,
     OpAttrs,
     OpKind,
     RoutedExperts,
@@ -26,6 +27,7 @@ from rdusim.ir.attrs import (
     explicit_write,
     is_blocking,
     routed_experts,
+    traits_of,
 )
 
 
@@ -162,6 +164,11 @@ class Op:
         from rdusim.ir.ops import cost_class_of
 
         return cost_class_of(self)
+
+    @property
+    def traits(self) -> KindTraits:
+        """What its kind implies for the compiler (`rdusim.ir.attrs.TRAITS`)."""
+        return traits_of(self.kind)
 
     @property
     def read(self) -> Access | None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdusim.compiler.program import Program
+from rdusim.compiler.program import Kernel, Program
+from rdusim.sim.kernel import KernelTiming
 from rdusim.sim.model import SimResult
 
 SCHEMA_VERSION = 2  # 2: kernel calls, MTP, expert routing, collective rounds
@@ -22,71 +23,7 @@ def build_report(
     snapstream_extra: dict[str, Any] | None = None,
     calibration: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    wl = program.workload
-    layers: dict[str, Any] = {}
-    for kind, lp in program.layers.items():
-        lr = result.layers[kind] if result else None
-        total = lr.latency_s if lr else None
-        kernels = []
-        for i, k in enumerate(lp.kernels):
-            kt = lr.kernels[i] if lr else None
-            kernels.append(
-                {
-                    "name": k.name,
-                    "ops": [p.name for p in k.ops],
-                    "sharding": k.sharding,
-                    "op_sharding": {p.name: p.sharding_label for p in k.ops},
-                    "pcus": k.pcus,
-                    "pmus": k.pmus,
-                    "sram_bytes": k.sram_bytes,
-                    "collectives": [
-                        {"kind": c.kind, "tensor": c.tensor, "bytes": c.bytes, "rounds": c.rounds}
-                        for c in k.collectives
-                    ],
-                    "flops": sum(p.flops for p in k.ops),
-                    "hbm_traffic_bytes": sum(p.hbm_bytes for p in k.ops),
-                    "latency_s": kt.latency_s if kt else None,
-                    "call_s": kt.call_share_s if kt else None,
-                    "pipeline_s": kt.pipeline_s if kt else None,
-                    "share": kt.latency_s / total if kt and total else None,
-                    "bottleneck": kt.bottleneck if kt else None,
-                    "op_timing": [
-                        {
-                            "op": o.name,
-                            "busy_s": o.busy_s,
-                            "hbm_s": o.hbm_s,
-                            "stall_s": o.stall_s,
-                            "pcus": o.pcus,
-                            "bound": o.bound,
-                        }
-                        for o in kt.ops
-                    ]
-                    if kt
-                    else None,
-                }
-            )
-        layers[kind] = {
-            "count": lp.count,
-            "latency_s": total,
-            "total_s": lr.total_s if lr else None,
-            "calls": lp.calls,
-            "looped": lp.looped,
-            "experts_touched": lp.experts_touched,
-            "kernels": kernels,
-        }
-    extras = {
-        name: {
-            "runs": lp.executions,
-            "latency_s": result.extras[name].latency_s if result and lp.runs else None,
-            "total_s": result.extras[name].total_s if result else None,
-            "calls": lp.calls,
-            "experts_touched": lp.experts_touched,
-            "kernels": [k.name for k in lp.kernels],
-        }
-        for name, lp in program.extras.items()
-    }
     total_latency = result.total_latency_s if result else None
-    throughput = result.throughput_tokens_per_s if result else None
     ss: dict[str, Any] = {"enabled": program.snapstream, "kv_len": program.kv_len}
     ss.update(snapstream_extra or {})
     return {
@@ -96,11 +33,11 @@ def build_report(
         "hardware": program.hardware,
         "sockets": program.sockets,
         "phase": program.phase,
-        "batch": wl.batch,
+        "batch": program.workload.batch,
         "seq_len": program.seq_len,
         "snapstream": ss,
-        "layers": layers,
-        "extras": extras,
+        "layers": _layers(program, result),
+        "extras": _extras(program, result),
         "sram_peak_bytes": program.sram_peak_bytes,
         "hbm_bytes": {
             "capacity": program.hbm.capacity,
@@ -125,17 +62,96 @@ def build_report(
             if lp.experts_touched is not None
         },
         "max_batch_size": None,
+        **_decode_fields(program, total_latency),
+        "throughput_tokens_per_s": result.throughput_tokens_per_s if result else None,
+        "calibration": calibration,
+    }
+
+
+def _layers(program: Program, result: SimResult | None) -> dict[str, Any]:
+    """One entry per layer kind: its count, latency, calls and kernels."""
+    layers: dict[str, Any] = {}
+    for kind, lp in program.layers.items():
+        lr = result.layers[kind] if result else None
+        total = lr.latency_s if lr else None
+        kernels = [
+            _kernel(k, lr.kernels[i] if lr else None, total) for i, k in enumerate(lp.kernels)
+        ]
+        layers[kind] = {
+            "count": lp.count,
+            "latency_s": total,
+            "total_s": lr.total_s if lr else None,
+            "calls": lp.calls,
+            "looped": lp.looped,
+            "experts_touched": lp.experts_touched,
+            "kernels": kernels,
+        }
+    return layers
+
+
+def _kernel(k: Kernel, kt: KernelTiming | None, total: float | None) -> dict[str, Any]:
+    """One kernel's row: what it holds, and how long it took when it was simulated."""
+    return {
+        "name": k.name,
+        "ops": [p.name for p in k.ops],
+        "sharding": k.sharding,
+        "op_sharding": {p.name: p.sharding_label for p in k.ops},
+        "pcus": k.pcus,
+        "pmus": k.pmus,
+        "sram_bytes": k.sram_bytes,
+        "collectives": [
+            {"kind": c.kind, "tensor": c.tensor, "bytes": c.bytes, "rounds": c.rounds}
+            for c in k.collectives
+        ],
+        "flops": sum(p.flops for p in k.ops),
+        "hbm_traffic_bytes": sum(p.hbm_bytes for p in k.ops),
+        "latency_s": kt.latency_s if kt else None,
+        "call_s": kt.call_share_s if kt else None,
+        "pipeline_s": kt.pipeline_s if kt else None,
+        "share": kt.latency_s / total if kt and total else None,
+        "bottleneck": kt.bottleneck if kt else None,
+        "op_timing": [
+            {
+                "op": o.name,
+                "busy_s": o.busy_s,
+                "hbm_s": o.hbm_s,
+                "stall_s": o.stall_s,
+                "pcus": o.pcus,
+                "bound": o.bound,
+            }
+            for o in kt.ops
+        ]
+        if kt
+        else None,
+    }
+
+
+def _extras(program: Program, result: SimResult | None) -> dict[str, Any]:
+    """The graphs run besides the layers (embedding, LM head, MTP), one entry each."""
+    return {
+        name: {
+            "runs": lp.executions,
+            "latency_s": result.extras[name].latency_s if result and lp.runs else None,
+            "total_s": result.extras[name].total_s if result else None,
+            "calls": lp.calls,
+            "experts_touched": lp.experts_touched,
+            "kernels": [k.name for k in lp.kernels],
+        }
+        for name, lp in program.extras.items()
+    }
+
+
+def _decode_fields(program: Program, total_latency: float | None) -> dict[str, Any]:
+    """`mtp`, `tokens_per_step` and `tpot_s`: null outside decode."""
+    decode = program.phase == "decode"
+    return {
         "mtp": {
             "mode": program.mtp_mode,
             "draft_tokens": program.draft_tokens,
             "verified_tokens": program.workload.seq,
         }
-        if program.phase == "decode"
+        if decode
         else None,
-        "tokens_per_step": program.tokens_per_step if program.phase == "decode" else None,
-        "tpot_s": total_latency / program.tokens_per_step
-        if program.phase == "decode" and total_latency
-        else None,
-        "throughput_tokens_per_s": throughput,
-        "calibration": calibration,
+        "tokens_per_step": program.tokens_per_step if decode else None,
+        "tpot_s": total_latency / program.tokens_per_step if decode and total_latency else None,
     }

@@ -7,9 +7,10 @@ a `StepTimes` and are looked up, not simulated, so a run of 10,000 requests take
 Deployments (SnapStream paper §2.1: continuous batching, disaggregated continuous batching):
 
 * **colocated**: each node holds both graphs and runs one at a time, choosing by its policy
-  (`rdusim.serving.scheduler`). A prefill takes a free decode slot and writes the request's cache
-  straight into it; the request joins the decode batch at once. Nodes share one queue of waiting
-  prompts, first come first served.
+  (`rdusim.serving.scheduler`): which waiting prompts to prefill, a decode step, or nothing. A
+  prefill takes a free decode slot and writes the request's cache straight into it; the request
+  joins the decode batch at once. Nodes share one queue of waiting prompts, in arrival order
+  (the shipped policies serve it first come first served).
 * **disaggregated** (DistServe, Zhong et al. 2024): prefill nodes run only the prefill graph,
   decode nodes only the decode graph. A prefilled request's cache stays on its prefill node until
   a decode node has a free slot (the node with the most free slots, the lowest index on a tie);
@@ -44,7 +45,17 @@ from typing import Any
 import simpy
 
 from rdusim.serving.arrivals import Request
-from rdusim.serving.scheduler import POLICIES, Action, NodeView
+from rdusim.serving.scheduler import (
+    Action,
+    Decode,
+    Policy,
+    Prefill,
+    SchedulerState,
+    Wait,
+    WaitingRequest,
+    check_prefill,
+    policy_for,
+)
 from rdusim.serving.shape import GraphShape
 from rdusim.serving.step_times import StepTimes
 from rdusim.spec.workload import (
@@ -73,6 +84,14 @@ class EngineConfig:
     link_bandwidth: float = math.inf  # disaggregated: bytes/s into a decode node
     link_latency_s: float = 0.0
     step_cost: DecodeStepCost = DecodeStepCost.STATIC
+    scheduler: Policy | None = None  # colocated: a policy object in place of `policy`
+
+    def colocated_policy(self) -> Policy:
+        """The policy colocated nodes choose by: `scheduler` if given, else the one `policy`
+        names."""
+        if self.scheduler is not None:
+            return self.scheduler
+        return policy_for(self.policy, self.steps_per_prefill)
 
 
 @dataclass(slots=True)
@@ -176,7 +195,7 @@ class DecodeBatch:
         self.pending: list[RequestRecord] = []  # arrived caches, joining at the next step
         self._finish: list[tuple[int, int, RequestRecord]] = []  # (step, id, record)
         self._cache: list[tuple[float, int]] = []  # (-cache key, id), stale entries skipped
-        self._live: set[int] = set()
+        self.running: dict[int, RequestRecord] = {}  # requests in the batch, by id
         self._last_run: DecodeRun | None = None
 
     def reserve(self) -> int:
@@ -198,7 +217,7 @@ class DecodeBatch:
             # its cache during global step s is key + s * tokens_per_step (see step_s)
             key = shape.kv_tokens(rec.prompt_tokens) + 1 - (self.steps + 1) * shape.tokens_per_step
             heapq.heappush(self._cache, (-key, rec.id))
-            self._live.add(rec.id)
+            self.running[rec.id] = rec
         self.active += len(self.pending)
         self.pending.clear()
         self.engine.occupancy.append((now, self.node, self.active))
@@ -208,7 +227,7 @@ class DecodeBatch:
         engine = self.engine
         if engine.config.step_cost == DecodeStepCost.STATIC:
             return engine.static_step_s
-        while self._cache[0][1] not in self._live:
+        while self._cache[0][1] not in self.running:
             heapq.heappop(self._cache)
         shape = engine.shape
         longest = -self._cache[0][0] + (self.steps + 1) * shape.tokens_per_step
@@ -231,7 +250,7 @@ class DecodeBatch:
             _, _, rec = heapq.heappop(self._finish)
             rec.steps = self.steps - rec.join_step
             rec.last_token_s = now
-            self._live.discard(rec.id)
+            del self.running[rec.id]
             done.append(rec)
         if done:
             self.active -= len(done)
@@ -320,43 +339,65 @@ class Engine:
     # --- colocated --------------------------------------------------------------------------
 
     def _colocated(self, node: int) -> Process:
-        env, shape, batch = self.env, self.shape, self.batches[node]
-        policy = POLICIES[self.config.policy]
+        env, batch = self.env, self.batches[node]
+        policy = self.config.colocated_policy()
         last, since = Action.WAIT, 0
         while True:
-            view = NodeView(
-                waiting=len(self.queue),
+            state = SchedulerState(
+                now=env.now,
+                node=node,
+                waiting=self.queue,
                 free_slots=len(batch.free),
-                active=batch.active,
+                running=batch.running.values(),
+                prefill_batch=self.shape.prefill_batch,
                 steps_since_prefill=since,
                 last=last,
-                steps_per_prefill=self.config.steps_per_prefill,
             )
-            action = policy(view)
-            if action == Action.PREFILL:
-                group = self._take_prompts(min(shape.prefill_batch, view.free_slots))
-                for rec in group:
-                    rec.decode_node, rec.slot, rec.slot_from_s = node, batch.reserve(), env.now
-                yield from self._prefill(node, group)
-                for rec in group:
-                    if rec.output_tokens <= 1:
-                        rec.last_token_s = env.now
-                        batch.release(rec.slot)
-                        self._complete(rec)
-                    else:
-                        batch.pending.append(rec)
-                batch.admit(env.now)
+            decision = policy.choose(state)
+            if isinstance(decision, Prefill):
+                check_prefill(decision, state)
+                yield from self._colocated_prefill(batch, self._take_chosen(decision.requests))
                 since = 0
-            elif action == Action.DECODE:
+            elif isinstance(decision, Decode):
                 start = env.now
                 yield env.timeout(batch.step_s())
                 for rec in batch.step(start, env.now):
                     batch.release(rec.slot)
                     self._complete(rec)
                 since += 1
-            else:
+            elif isinstance(decision, Wait):
                 yield self.arrived.wait()
-            last = action
+            else:
+                raise TypeError(f"a policy chose {decision!r}, not a Prefill, Decode or Wait")
+            last = decision.action
+
+    def _take_chosen(self, chosen: Sequence[WaitingRequest]) -> list[RequestRecord]:
+        """Take the chosen requests out of the queue, in the chosen order (the longest-waiting
+        ones, the usual choice, from its head)."""
+        queue = self.queue
+        if all(queue[i] is rec for i, rec in enumerate(chosen)):
+            return self._take_prompts(len(chosen))
+        wanted = {id(rec): i for i, rec in enumerate(chosen)}
+        taken = sorted((r for r in queue if id(r) in wanted), key=lambda r: wanted[id(r)])
+        kept = [r for r in queue if id(r) not in wanted]
+        queue.clear()
+        queue.extend(kept)
+        return taken
+
+    def _colocated_prefill(self, batch: DecodeBatch, group: list[RequestRecord]) -> Process:
+        """Prefill `group` into free slots of `batch`'s node; the requests join its batch."""
+        env, node = self.env, batch.node
+        for rec in group:
+            rec.decode_node, rec.slot, rec.slot_from_s = node, batch.reserve(), env.now
+        yield from self._prefill(node, group)
+        for rec in group:
+            if rec.output_tokens <= 1:
+                rec.last_token_s = env.now
+                batch.release(rec.slot)
+                self._complete(rec)
+            else:
+                batch.pending.append(rec)
+        batch.admit(env.now)
 
     # --- disaggregated ----------------------------------------------------------------------
 

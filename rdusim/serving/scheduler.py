@@ -1,13 +1,19 @@
-"""What a colocated node runs next: a prefill, a decode step, or nothing.
+"""What a colocated node runs next: which waiting prompts to prefill, a decode step, or nothing.
 
 A colocated node holds both static graphs and runs one at a time (a graph occupies every socket
 of the node). Continuous batching (SnapStream paper §2.1, Fig. 1b) admits a prefilled request
 into the running decode batch at the next step; the policy decides when a waiting prompt may
-interrupt decoding. A prefill needs a free decode slot, because its cache is written straight
-into that slot's region of the decode graph's cache.
+interrupt decoding, and which. A prefill needs a free decode slot, because its cache is written
+straight into that slot's region of the decode graph's cache.
 
-Each policy is a pure function of what the node sees (`NodeView`), registered under its
-`SchedulingPolicy` in `POLICIES`:
+A policy is any object with the `Policy` interface: its `choose` is given the node's
+`SchedulerState` (the waiting requests with their arrival times and lengths, the free decode
+slots, the running batch, the time, what the node ran last) and returns a `Decision`:
+`Prefill` (which waiting requests, and how many prompt tokens of each: the whole prompt, the
+only chunk the engine runs today), `DECODE` (one step of the running batch) or `WAIT` (until a
+prompt arrives). The engine checks a decision before it runs it (`check_prefill`).
+
+The three shipped policies take the longest-waiting prompts (`first_come`) and differ in when:
 
 * `prefill-first` (vLLM's default, Kwon et al. 2023): any waiting prompt with a free slot is
   prefilled before the next step. Best time to first token; every running request stalls for the
@@ -25,11 +31,13 @@ Disaggregated nodes need no policy: prefill nodes only prefill, decode nodes onl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from itertools import islice
+from typing import Protocol
 
-from rdusim.spec.workload import SchedulingPolicy
+from rdusim.spec.workload import DEFAULT_DECODE_STEPS_PER_PREFILL, SchedulingPolicy
 
 
 class Action(Enum):
@@ -38,45 +46,175 @@ class Action(Enum):
     WAIT = "wait"
 
 
-@dataclass(frozen=True)
-class NodeView:
-    """What a colocated node's scheduler sees before choosing."""
+class WaitingRequest(Protocol):
+    """A request in the queue, as a policy sees it (read-only)."""
 
-    waiting: int  # prompts queued for prefill
-    free_slots: int  # decode slots holding no request
-    active: int  # requests decoding
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def arrival_s(self) -> float: ...
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def output_tokens(self) -> int: ...
+
+
+class RunningRequest(WaitingRequest, Protocol):
+    """A request in the node's decode batch: its slot and when its first token left."""
+
+    @property
+    def slot(self) -> int: ...
+
+    @property
+    def first_token_s(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class SchedulerState:
+    """What a colocated node's policy sees before choosing.
+
+    `waiting` and `running` are the engine's own collections, read-only and valid only during
+    the call: a policy chooses from them and changes nothing.
+    """
+
+    now: float  # simulated time, s
+    node: int
+    waiting: Sequence[WaitingRequest]  # every node's queue, by arrival (first come, first)
+    free_slots: int  # decode slots of this node holding no request
+    running: Collection[RunningRequest]  # requests in this node's decode batch
+    prefill_batch: int  # most prompts one prefill graph run takes
     steps_since_prefill: int  # decode steps since this node's last prefill
     last: Action  # what the node ran last
-    steps_per_prefill: int  # `mixed`: decode steps between two prefills
 
 
-Policy = Callable[[NodeView], Action]
+@dataclass(frozen=True)
+class Prefill:
+    """Run the prefill graph on `requests` (taken from `waiting`, in this order): at least one,
+    at most `prefill_batch` and `free_slots`. `chunk_tokens`: prompt tokens of each request this
+    run processes; None, the whole prompt (chunked prefill is not modelled yet, so a chunk
+    shorter than a prompt is refused)."""
+
+    requests: tuple[WaitingRequest, ...]
+    chunk_tokens: int | None = None
+
+    @property
+    def action(self) -> Action:
+        return Action.PREFILL
 
 
-def _can_prefill(v: NodeView) -> bool:
-    return v.waiting > 0 and v.free_slots > 0
+@dataclass(frozen=True)
+class Decode:
+    """Run one decode step of the running batch."""
+
+    @property
+    def action(self) -> Action:
+        return Action.DECODE
 
 
-def _or_decode(v: NodeView) -> Action:
-    return Action.DECODE if v.active else Action.WAIT
+@dataclass(frozen=True)
+class Wait:
+    """Run nothing until a prompt arrives."""
+
+    @property
+    def action(self) -> Action:
+        return Action.WAIT
 
 
-def prefill_first(v: NodeView) -> Action:
-    return Action.PREFILL if _can_prefill(v) else _or_decode(v)
+Decision = Prefill | Decode | Wait
+DECODE = Decode()
+WAIT = Wait()
 
 
-def decode_first(v: NodeView) -> Action:
-    admitting = v.active == 0 or v.last == Action.PREFILL
-    return Action.PREFILL if _can_prefill(v) and admitting else _or_decode(v)
+class Policy(Protocol):
+    """A colocated node's scheduling policy."""
+
+    def choose(self, state: SchedulerState) -> Decision:
+        """What the node runs next."""
+        ...
 
 
-def mixed(v: NodeView) -> Action:
-    due = v.active == 0 or v.steps_since_prefill >= v.steps_per_prefill
-    return Action.PREFILL if _can_prefill(v) and due else _or_decode(v)
+def first_come(state: SchedulerState) -> Prefill:
+    """The longest-waiting prompts, as many as one prefill run and the free slots take."""
+    most = min(state.prefill_batch, state.free_slots)
+    return Prefill(tuple(islice(state.waiting, most)))
 
 
-POLICIES: dict[SchedulingPolicy, Policy] = {
-    SchedulingPolicy.PREFILL_FIRST: prefill_first,
-    SchedulingPolicy.DECODE_FIRST: decode_first,
-    SchedulingPolicy.MIXED: mixed,
+def _can_prefill(state: SchedulerState) -> bool:
+    return len(state.waiting) > 0 and state.free_slots > 0
+
+
+def _or_decode(state: SchedulerState) -> Decision:
+    return DECODE if len(state.running) > 0 else WAIT
+
+
+@dataclass(frozen=True)
+class PrefillFirst:
+    """Prefill whenever a prompt waits and a slot is free."""
+
+    def choose(self, state: SchedulerState) -> Decision:
+        return first_come(state) if _can_prefill(state) else _or_decode(state)
+
+
+@dataclass(frozen=True)
+class DecodeFirst:
+    """Admit only into an empty batch, then back to back until the slots or the queue run out."""
+
+    def choose(self, state: SchedulerState) -> Decision:
+        admitting = len(state.running) == 0 or state.last == Action.PREFILL
+        return first_come(state) if _can_prefill(state) and admitting else _or_decode(state)
+
+
+@dataclass(frozen=True)
+class Mixed:
+    """Prefill-first, with at least `steps_per_prefill` decode steps of a running batch between
+    two prefills."""
+
+    steps_per_prefill: int = DEFAULT_DECODE_STEPS_PER_PREFILL
+
+    def choose(self, state: SchedulerState) -> Decision:
+        due = len(state.running) == 0 or state.steps_since_prefill >= self.steps_per_prefill
+        return first_come(state) if _can_prefill(state) and due else _or_decode(state)
+
+
+# each workload `policy:` and the policy it names, given `decode_steps_per_prefill`
+POLICIES: dict[SchedulingPolicy, Callable[[int], Policy]] = {
+    SchedulingPolicy.PREFILL_FIRST: lambda steps: PrefillFirst(),
+    SchedulingPolicy.DECODE_FIRST: lambda steps: DecodeFirst(),
+    SchedulingPolicy.MIXED: Mixed,
 }
+
+
+def policy_for(
+    name: SchedulingPolicy, steps_per_prefill: int = DEFAULT_DECODE_STEPS_PER_PREFILL
+) -> Policy:
+    """The policy a workload names (`steps_per_prefill`: `mixed`'s decode steps)."""
+    return POLICIES[name](steps_per_prefill)
+
+
+def check_prefill(decision: Prefill, state: SchedulerState) -> None:
+    """Refuse a prefill the node cannot run: none or too many requests, one chosen twice or not
+    waiting, or a chunk shorter than a prompt."""
+    chosen = decision.requests
+    most = min(state.prefill_batch, state.free_slots)
+    if not 1 <= len(chosen) <= most:
+        raise ValueError(
+            f"a prefill takes 1 to {most} waiting requests (prefill batch "
+            f"{state.prefill_batch}, {state.free_slots} free slots), not {len(chosen)}"
+        )
+    if len({id(r) for r in chosen}) != len(chosen):
+        raise ValueError(f"a prefill chose a request twice: {[r.id for r in chosen]}")
+    ahead = list(islice(state.waiting, len(chosen)))
+    if any(a is not r for a, r in zip(ahead, chosen, strict=True)):
+        waiting = {id(r) for r in state.waiting}
+        missing = [r.id for r in chosen if id(r) not in waiting]
+        if missing:
+            raise ValueError(f"a prefill chose requests that are not waiting: {missing}")
+    chunk = decision.chunk_tokens
+    if chunk is not None and any(chunk < r.prompt_tokens for r in chosen):
+        raise ValueError(
+            f"chunked prefill is not modelled: a chunk of {chunk} tokens is shorter than a "
+            "chosen prompt (give the whole prompt, chunk_tokens=None)"
+        )

@@ -10,12 +10,14 @@ saturated decode throughput.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
 from rdusim.serving.arrivals import Request
 from rdusim.serving.engine import simulate_serving
+from rdusim.serving.scheduler import DECODE, WAIT, Decision, Prefill, SchedulerState
 from rdusim.serving.step_times import LinearStepTimes
 from rdusim.spec.workload import DecodeStepCost, SchedulingPolicy
 from tests.serving.synthetic import (
@@ -65,6 +67,47 @@ def test_mixed_with_one_step_interleaves() -> None:
     config = colocated(SchedulingPolicy.MIXED, steps_per_prefill=1)
     result = run(THREE, shape(2), config)
     assert times_of(result) == [(1.0, 2.2), (2.1, 2.2), (3.2, 3.5)]
+
+
+@dataclass(frozen=True)
+class ShortestFirst:
+    """Prefill-first, but the shortest waiting prompts first (a policy of the caller's own)."""
+
+    def choose(self, state: SchedulerState) -> Decision:
+        if state.waiting and state.free_slots:
+            most = min(state.prefill_batch, state.free_slots)
+            return Prefill(tuple(sorted(state.waiting, key=lambda r: r.prompt_tokens)[:most]))
+        return DECODE if state.running else WAIT
+
+
+def test_a_policy_of_ones_own_chooses_the_request() -> None:
+    # One slot. r0 0 -> 1; r1 (300 tokens) and r2 (50) wait; step 1.1 ends r0. The shortest
+    # prompt goes first: r2 1.1 -> 2.1, step 2.2; then r1 2.2 -> 3.2, step 3.3. (First come,
+    # first served would have prefilled r1 at 1.1.)
+    reqs = requests((0.0, 100, 2), (0.1, 300, 2), (0.2, 50, 2))
+    result = run(reqs, shape(1), colocated(scheduler=ShortestFirst()))
+    assert times_of(result) == [(1.0, 1.1), (3.2, 3.3), (2.1, 2.2)]
+    fcfs = run(reqs, shape(1), colocated())
+    assert times_of(fcfs) == [(1.0, 1.1), (2.1, 2.2), (3.2, 3.3)]
+
+
+def test_a_prefill_runs_its_requests_in_the_chosen_order() -> None:
+    # prefill batch 2: r2 (shortest) then r1 in one run, taken from the middle of the queue
+    reqs = requests((0.0, 100, 2), (0.0, 300, 2), (0.0, 50, 2), (0.0, 200, 2))
+    graph = shape(3, prefill_batch=2)
+    result = run(reqs, graph, colocated(scheduler=ShortestFirst()))
+    assert [p.requests for p in result.prefills] == [(2, 0), (3,), (1,)]
+    assert [r.slot for r in result.records] == [1, 0, 0, 2]
+
+
+def test_the_engine_refuses_a_choice_it_cannot_run() -> None:
+    @dataclass(frozen=True)
+    class Chunked:
+        def choose(self, state: SchedulerState) -> Decision:
+            return Prefill(tuple(state.waiting)[:1], chunk_tokens=10) if state.waiting else WAIT
+
+    with pytest.raises(ValueError, match="chunked prefill is not modelled"):
+        run(requests((0.0, 100, 2)), shape(1), colocated(scheduler=Chunked()))
 
 
 def test_a_prefill_needs_a_free_slot() -> None:

@@ -1,6 +1,7 @@
 """Invariants of the serving engine on random workloads and deployments (Hypothesis).
 
-Whatever the requests, graphs, policy and deployment: every request completes exactly once; the
+Whatever the requests, graphs, policy (a shipped one, or one choosing requests at random) and
+deployment: every request completes exactly once; the
 tokens generated add up to the requested outputs; no decode slot ever holds two requests at once;
 each request's timestamps are ordered (arrival <= prefill start <= first token <= last token);
 and the engine's step accounting agrees with the per-request steps.
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections import defaultdict
+from dataclasses import dataclass, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,9 +21,12 @@ from hypothesis import strategies as st
 from rdusim.serving.arrivals import Request
 from rdusim.serving.engine import EngineConfig, EngineResult, simulate_serving
 from rdusim.serving.metrics import generated_tokens
+from rdusim.serving.scheduler import DECODE, WAIT, Decision, Prefill, SchedulerState
 from rdusim.serving.shape import GraphShape
 from rdusim.serving.step_times import LinearStepTimes
 from rdusim.spec.workload import DecodeStepCost, DeploymentMode, SchedulingPolicy
+from tests.serving.legacy_scheduler import POLICIES as LEGACY
+from tests.serving.legacy_scheduler import Legacy
 
 EPS = 1e-9
 
@@ -57,16 +63,34 @@ def workloads(draw: st.DrawFn) -> tuple[list[Request], GraphShape]:
     return reqs, graph
 
 
+@dataclass(frozen=True)
+class RandomPolicy:
+    """Prefill or decode at random when both can run; a random choice of waiting requests, in a
+    random order (a policy of the caller's own, through `EngineConfig.scheduler`)."""
+
+    rng: random.Random
+
+    def choose(self, state: SchedulerState) -> Decision:
+        can_prefill = len(state.waiting) > 0 and state.free_slots > 0
+        if can_prefill and (not state.running or self.rng.random() < 0.5):
+            most = min(state.prefill_batch, state.free_slots, len(state.waiting))
+            chosen = self.rng.sample(list(state.waiting), self.rng.randint(1, most))
+            return Prefill(tuple(chosen))
+        return DECODE if state.running else WAIT
+
+
 @st.composite
 def configs(draw: st.DrawFn) -> EngineConfig:
     cost = draw(st.sampled_from(list(DecodeStepCost)))
     if draw(st.booleans()):
+        own = draw(st.booleans())
         return EngineConfig(
             mode=DeploymentMode.COLOCATED,
             nodes=draw(st.integers(1, 3)),
             policy=draw(st.sampled_from(list(SchedulingPolicy))),
             steps_per_prefill=draw(st.integers(1, 5)),
             step_cost=cost,
+            scheduler=RandomPolicy(random.Random(draw(st.integers(0, 2**32)))) if own else None,
         )
     return EngineConfig(
         mode=DeploymentMode.DISAGGREGATED,
@@ -160,3 +184,43 @@ def test_prefills_never_overlap_on_a_node(case, config, times) -> None:
         spans.sort()
         for (_, end), (start, _) in itertools.pairwise(spans):
             assert start >= end - EPS
+
+
+def _schedule(result: EngineResult) -> tuple[object, ...]:
+    """Everything a run produced, comparable exactly (NaN timestamps included)."""
+    return (
+        [repr(r) for r in result.records],
+        result.prefills,
+        result.decode_runs,
+        result.occupancy,
+        result.slot_steps,
+        result.decode_steps,
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    workloads(),
+    st.sampled_from(list(SchedulingPolicy)),
+    st.integers(1, 3),
+    st.integers(1, 5),
+    st.sampled_from(list(DecodeStepCost)),
+    times_strategy,
+)
+def test_each_shipped_policy_keeps_its_count_based_schedule(
+    case, policy, nodes, steps, cost, times
+) -> None:
+    # the shipped policies on the request-choosing interface give the schedule of the rules
+    # they replaced (tests/serving/legacy_scheduler.py), event for event
+    reqs, graph = case
+    config = EngineConfig(
+        mode=DeploymentMode.COLOCATED,
+        nodes=nodes,
+        policy=policy,
+        steps_per_prefill=steps,
+        step_cost=cost,
+    )
+    legacy = replace(config, scheduler=Legacy(LEGACY[policy], steps))
+    now = simulate_serving(reqs, graph, times, config)
+    before = simulate_serving(reqs, graph, times, legacy)
+    assert _schedule(now) == _schedule(before)

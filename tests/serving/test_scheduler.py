@@ -1,45 +1,140 @@
-"""The colocated policies as functions of what a node sees."""
+"""The colocated policies as functions of what a node sees, and the engine's check of a choice."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import pytest
 
-from rdusim.serving.scheduler import POLICIES, Action, NodeView
+from rdusim.serving.scheduler import (
+    DECODE,
+    POLICIES,
+    WAIT,
+    Action,
+    DecodeFirst,
+    Mixed,
+    Policy,
+    Prefill,
+    PrefillFirst,
+    SchedulerState,
+    check_prefill,
+    first_come,
+    policy_for,
+)
 from rdusim.spec.workload import SchedulingPolicy
 
 
-def view(waiting=1, free=1, active=1, since=0, last=Action.DECODE, k=4) -> NodeView:
-    return NodeView(waiting, free, active, since, last, k)
+@dataclass
+class Req:
+    id: int
+    arrival_s: float = 0.0
+    prompt_tokens: int = 100
+    output_tokens: int = 10
+    slot: int = 0
+    first_token_s: float = 1.0
+
+
+def state(
+    waiting: int = 1,
+    free: int = 1,
+    active: int = 1,
+    since: int = 0,
+    last: Action = Action.DECODE,
+    prefill_batch: int = 1,
+) -> SchedulerState:
+    return SchedulerState(
+        now=10.0,
+        node=0,
+        waiting=[Req(i, arrival_s=float(i)) for i in range(waiting)],
+        free_slots=free,
+        running=[Req(100 + i, slot=i) for i in range(active)],
+        prefill_batch=prefill_batch,
+        steps_since_prefill=since,
+        last=last,
+    )
+
+
+def action(policy: Policy, s: SchedulerState) -> Action:
+    return policy.choose(s).action
 
 
 def test_every_policy_is_registered() -> None:
     assert set(POLICIES) == set(SchedulingPolicy)
+    assert policy_for(SchedulingPolicy.PREFILL_FIRST) == PrefillFirst()
+    assert policy_for(SchedulingPolicy.DECODE_FIRST) == DecodeFirst()
+    assert policy_for(SchedulingPolicy.MIXED, 7) == Mixed(7)
 
 
-@pytest.mark.parametrize("policy", list(SchedulingPolicy))
-def test_no_prefill_without_a_prompt_or_a_slot(policy: SchedulingPolicy) -> None:
-    choose = POLICIES[policy]
-    assert choose(view(waiting=0)) == Action.DECODE
-    assert choose(view(free=0, since=99)) == Action.DECODE
-    assert choose(view(waiting=0, active=0)) == Action.WAIT
-    assert (
-        choose(view(active=0, since=0, last=Action.WAIT)) == Action.PREFILL
-    )  # an idle node admits
+@pytest.mark.parametrize("name", list(SchedulingPolicy))
+def test_no_prefill_without_a_prompt_or_a_slot(name: SchedulingPolicy) -> None:
+    policy = policy_for(name, 4)
+    assert policy.choose(state(waiting=0)) == DECODE
+    assert policy.choose(state(free=0, since=99)) == DECODE
+    assert policy.choose(state(waiting=0, active=0)) == WAIT
+    # an idle node admits
+    assert action(policy, state(active=0, since=0, last=Action.WAIT)) == Action.PREFILL
 
 
 def test_prefill_first_interrupts_decoding() -> None:
-    assert POLICIES[SchedulingPolicy.PREFILL_FIRST](view()) == Action.PREFILL
+    assert action(PrefillFirst(), state()) == Action.PREFILL
 
 
 def test_decode_first_admits_only_from_an_empty_batch() -> None:
-    choose = POLICIES[SchedulingPolicy.DECODE_FIRST]
-    assert choose(view(last=Action.DECODE)) == Action.DECODE
-    assert choose(view(last=Action.PREFILL)) == Action.PREFILL  # still admitting
-    assert choose(view(active=0, last=Action.DECODE)) == Action.PREFILL
+    assert action(DecodeFirst(), state(last=Action.DECODE)) == Action.DECODE
+    assert action(DecodeFirst(), state(last=Action.PREFILL)) == Action.PREFILL  # still admitting
+    assert action(DecodeFirst(), state(active=0, last=Action.DECODE)) == Action.PREFILL
 
 
 @pytest.mark.parametrize(
-    ("since", "action"), [(0, Action.DECODE), (3, Action.DECODE), (4, Action.PREFILL)]
+    ("since", "expected"), [(0, Action.DECODE), (3, Action.DECODE), (4, Action.PREFILL)]
 )
-def test_mixed_waits_its_steps(since: int, action: Action) -> None:
-    assert POLICIES[SchedulingPolicy.MIXED](view(since=since, k=4)) == action
+def test_mixed_waits_its_steps(since: int, expected: Action) -> None:
+    assert action(Mixed(4), state(since=since)) == expected
+
+
+@pytest.mark.parametrize(
+    ("waiting", "free", "prefill_batch", "taken"),
+    [(5, 3, 2, [0, 1]), (5, 1, 4, [0]), (2, 4, 4, [0, 1]), (1, 1, 1, [0])],
+)
+def test_the_longest_waiting_prompts_are_taken(
+    waiting: int, free: int, prefill_batch: int, taken: list[int]
+) -> None:
+    # as many as one prefill run and the free slots allow, in arrival order, whole prompts
+    s = state(waiting=waiting, free=free, prefill_batch=prefill_batch)
+    for policy in (PrefillFirst(), Mixed(0)):
+        choice = policy.choose(s)
+        assert isinstance(choice, Prefill)
+        assert [r.id for r in choice.requests] == taken
+        assert choice.chunk_tokens is None
+        assert all(a is b for a, b in zip(choice.requests, s.waiting, strict=False))
+    assert first_come(s) == PrefillFirst().choose(s)
+
+
+def test_a_policy_may_choose_any_waiting_request() -> None:
+    @dataclass(frozen=True)
+    class ShortestFirst:
+        def choose(self, s: SchedulerState) -> Prefill:
+            return Prefill((min(s.waiting, key=lambda r: r.prompt_tokens),))
+
+    s = replace(state(), waiting=[Req(0, 0.0, 900), Req(1, 1.0, 5), Req(2, 2.0, 50)])
+    choice = ShortestFirst().choose(s)
+    check_prefill(choice, s)
+    assert [r.id for r in choice.requests] == [1]
+
+
+def _refused(choice: Prefill, s: SchedulerState, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        check_prefill(choice, s)
+
+
+def test_the_engine_refuses_a_prefill_it_cannot_run() -> None:
+    s = state(waiting=3, free=2, prefill_batch=2)
+    w = s.waiting
+    check_prefill(Prefill((w[2], w[0])), s)  # any order, any waiting requests
+    check_prefill(Prefill((w[0],), chunk_tokens=100), s)  # a chunk as long as the prompt
+    _refused(Prefill(()), s, "1 to 2 waiting requests")
+    _refused(Prefill((w[0], w[1], w[2])), s, "1 to 2 waiting requests")
+    _refused(Prefill((w[1], w[1])), s, "twice")
+    _refused(Prefill((Req(7),)), s, r"not waiting: \[7\]")
+    _refused(Prefill((w[0],), chunk_tokens=99), s, "chunked prefill is not modelled")
+    _refused(Prefill((w[0],)), state(waiting=3, free=0, prefill_batch=2), "0 free slots")

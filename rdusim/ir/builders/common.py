@@ -206,10 +206,20 @@ def moe_ffn(b: Builder, x: str, moe: MoE) -> str:
     Op names and the routed experts' attrs (`RoutedExperts`) are what the compiler's expert routing and mappings'
     patterns key on, whatever the family.
     """
-    h, e, k, w = moe.hidden, moe.experts, moe.top_k, moe.width
-    routed = RoutedExperts(experts=e, slots=k)
+    h = moe.hidden
     b.act("ffn_in", *TOKENS, h)
     b.norm("ffn_norm", x, "ffn_in", h)
+    _route(b, moe)
+    shared = _shared_expert(b, moe) if moe.shared_width else []
+    _routed_experts(b, moe, shared)
+    b.act("h_out", *TOKENS, h)
+    b.op("ffn_residual", OpKind.ELEMENTWISE, [x, "moe_out"], ["h_out"], tp=TPMode.TOKEN)
+    return "h_out"
+
+
+def _route(b: Builder, moe: MoE) -> None:
+    """The router's gate GEMM and top-k, then the token slots grouped by expert."""
+    h, e, k = moe.hidden, moe.experts, moe.top_k
     b.act("router_logits", *TOKENS, e, dtype_bytes=4)
     b.linear(
         "router_gate",
@@ -241,7 +251,13 @@ def moe_ffn(b: Builder, x: str, moe: MoE) -> str:
         tp=TPMode.TOKEN,
         doc="group token slots by expert so each expert's weights are read once",
     )
-    shared = _shared_expert(b, moe) if moe.shared_width else []
+
+
+def _routed_experts(b: Builder, moe: MoE, shared: list[str]) -> None:
+    """The routed experts' gate+up, activation and down GEMMs, and their weighted sum (with the
+    shared expert's output, `shared`, when there is one) into `moe_out`."""
+    h, e, k, w = moe.hidden, moe.experts, moe.top_k, moe.width
+    routed = RoutedExperts(experts=e, slots=k)
     b.act("expert_gate_up", *TOKENS, k, 2 * w)
     b.linear(
         "experts_up_proj",
@@ -287,9 +303,6 @@ def moe_ffn(b: Builder, x: str, moe: MoE) -> str:
         tp=TPMode.LOCAL,
         doc="weighted sum of the routed experts" + (" plus the shared expert" if shared else ""),
     )
-    b.act("h_out", *TOKENS, h)
-    b.op("ffn_residual", OpKind.ELEMENTWISE, [x, "moe_out"], ["h_out"], tp=TPMode.TOKEN)
-    return "h_out"
 
 
 def builder_for(cfg: ModelConfig, name: str) -> Builder:

@@ -87,17 +87,24 @@ def _caches(b: Builder, r: int, rope: int, kvb: float) -> None:
 def _attention_prefill(
     b: Builder, cfg: DeepSeekV3Config, x: str, ss: SnapStreamConfig | None
 ) -> str:
-    h, nh = cfg.hidden_size, cfg.num_attention_heads
-    qk, rope, nope, vd, r = (
-        cfg.qk_head_dim,
-        cfg.qk_rope_head_dim,
-        cfg.qk_nope_head_dim,
-        cfg.v_head_dim,
-        cfg.kv_lora_rank,
-    )
-    kvb = cfg.bytes_of("kv_cache")
+    """Decompressed MLA over the prompt: query and latent, their rotary parts, the cache write,
+    the latent's expansion (and SnapStream's compression), causal attention and the output."""
     _query(b, cfg, x, TPMode.TOKEN)
     _latent(b, cfg, TPMode.TOKEN)
+    _rope_prefill(b, cfg)
+    _write_prompt_cache(b, cfg)
+    _decompress(b, cfg, ss)
+    return _prefill_attention(b, cfg, x)
+
+
+def _rope_prefill(b: Builder, cfg: DeepSeekV3Config) -> None:
+    """Rotary embedding of the query's rope part and of the shared rope key."""
+    nh, qk, rope, r = (
+        cfg.num_attention_heads,
+        cfg.qk_head_dim,
+        cfg.qk_rope_head_dim,
+        cfg.kv_lora_rank,
+    )
     b.act("q_rot", *TOKENS, nh, qk)
     b.op(
         "rope_q",
@@ -120,7 +127,11 @@ def _attention_prefill(
         tp=TPMode.TOKEN,
         doc="rotary embedding of the shared rope key",
     )
-    # the cache decode will read: latent and rope key of every prompt token, written to HBM
+
+
+def _write_prompt_cache(b: Builder, cfg: DeepSeekV3Config) -> None:
+    """The cache decode will read: latent and rope key of every prompt token, written to HBM."""
+    r, rope, kvb = cfg.kv_lora_rank, cfg.qk_rope_head_dim, cfg.bytes_of("kv_cache")
     _caches(b, r, rope, kvb)
     b.op(
         "kv_cache_write",
@@ -130,6 +141,17 @@ def _attention_prefill(
         ScatterAttrs(write=Access(("B", "S", r + rope), kvb)),
         tp=TPMode.TOKEN,
         doc="write the layer's latent KV cache",
+    )
+
+
+def _decompress(b: Builder, cfg: DeepSeekV3Config, ss: SnapStreamConfig | None) -> None:
+    """`kv_b_proj` expands the latent into per-head K (nope) and V; with SnapStream, the
+    prompt's cache is then compressed."""
+    nh, nope, vd, r = (
+        cfg.num_attention_heads,
+        cfg.qk_nope_head_dim,
+        cfg.v_head_dim,
+        cfg.kv_lora_rank,
     )
     b.act("kv", *TOKENS, nh, nope + vd)
     b.linear(
@@ -146,22 +168,27 @@ def _attention_prefill(
             b,
             ss,
             heads=nh,
-            qk_dim=qk,
+            qk_dim=cfg.qk_head_dim,
             caches=(
                 CacheSource("latent", "latent_cache", r),
-                CacheSource("rope", "rope_cache", rope),
+                CacheSource("rope", "rope_cache", cfg.qk_rope_head_dim),
             ),
             query="q_rot",
             keys="kv",
-            cache_bytes=kvb,
+            cache_bytes=cfg.bytes_of("kv_cache"),
         )
+
+
+def _prefill_attention(b: Builder, cfg: DeepSeekV3Config, x: str) -> str:
+    """Causal MHA over the prompt, the output projection and the skip add."""
+    h, nh, vd = cfg.hidden_size, cfg.num_attention_heads, cfg.v_head_dim
     b.act("attn_out", *TOKENS, nh, vd)
     b.op(
         "attention",
         OpKind.ATTENTION,
         ["q_rot", "kv", "k_pe"],
         ["attn_out"],
-        AttentionAttrs(nh, qk, vd, causal=True),
+        AttentionAttrs(nh, cfg.qk_head_dim, vd, causal=True),
         tp=TPMode.HEADS,
         doc="causal MHA over all prompt tokens (flash-style)",
     )
