@@ -24,13 +24,7 @@ PACKAGE_DIR = Path(rdusim.__file__).resolve().parent
 TABLES = {"rdusim/ir/attrs.py", "rdusim/ir/ops.py"}
 KIND_NAMES = {kind.value for kind in OpKind}
 
-# rdusim/search is being reworked on another branch; its kind comparisons move there:
-ALLOWED: dict[tuple[str, str], str] = {
-    ("rdusim/search/space.py", "cached_attention"): "op.traits.is_attention",
-    ("rdusim/search/space.py", "attention_block"): "traits.joins_attention_block",
-    ("rdusim/search/space.py", "kv_block_options"): "op.traits.is_attention",
-    ("rdusim/search/mapper.py", "_no_kernel"): "traits.is_attention",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _is_kind_member(node: ast.expr) -> bool:

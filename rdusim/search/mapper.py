@@ -36,7 +36,7 @@ from rdusim.compiler.compile import (
 )
 from rdusim.compiler.program import Program
 from rdusim.errors import InfeasibleError, SpecError, SpecErrors
-from rdusim.ir.graph import OpKind, Phase
+from rdusim.ir.graph import Phase
 from rdusim.ir.model import ModelGraphs, build_model
 from rdusim.search.boundaries import Cut
 from rdusim.search.costing import KernelCost, analytic_cost
@@ -329,7 +329,7 @@ def _no_kernel(rm: ResolvedMapping, kind: str, search: LayerSearch, batch: int) 
         problem = f"no cut of the {kind} layers' ops into kernels fits a socket (batch {batch})"
     ops_by_name = {op.name: op for op in search.graph}
     long_context = any(
-        ops_by_name[op].kind == OpKind.ATTENTION or ops_by_name[op].read is not None for op in ops
+        ops_by_name[op].traits.is_attention or ops_by_name[op].read is not None for op in ops
     )
     options = ["use a smaller batch"] if batch > 1 else []
     options += ["shorten seq_len"] if long_context else []

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from rdusim.ir.graph import Graph, Op, OpKind, Phase, TensorKind
+from rdusim.ir.graph import Graph, Op, Phase, TensorKind
 from rdusim.spec.mapping import Sharding
 
 
@@ -48,7 +48,7 @@ def touches_cache(op: Op, graph: Graph) -> bool:
 
 
 def cached_attention(op: Op, graph: Graph) -> bool:
-    return op.kind == OpKind.ATTENTION and touches_cache(op, graph)
+    return op.traits.is_attention and touches_cache(op, graph)
 
 
 def attention_block(graph: Graph) -> set[str]:
@@ -60,11 +60,11 @@ def attention_block(graph: Graph) -> set[str]:
             continue
         for t in op.inputs:
             src = graph.producer.get(t)
-            if src is not None and graph.ops[src].kind == OpKind.GEMM:
+            if src is not None and graph.ops[src].traits.joins_attention_block:
                 block.add(src)
         for t in op.outputs:
             for c in graph.consumers(t):
-                if graph.ops[c].kind == OpKind.GEMM:
+                if graph.ops[c].traits.joins_attention_block:
                     block.add(c)
     return block
 
@@ -131,6 +131,6 @@ KV_BLOCKS: tuple[int | None, ...] = (None, 32768, 16384, 8192, 4096)
 
 def kv_block_options(ops: list[Op], phase: Phase) -> tuple[int | None, ...]:
     """Tilings a kernel of `ops` can choose: K/V blocks for a causal prefill attention."""
-    if phase == Phase.PREFILL and any(op.kind == OpKind.ATTENTION for op in ops):
+    if phase == Phase.PREFILL and any(op.traits.is_attention for op in ops):
         return KV_BLOCKS
     return (None,)
