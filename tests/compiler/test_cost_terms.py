@@ -24,6 +24,7 @@ from rdusim.ir.model import build_model
 from rdusim.sim.model import SimResult
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.mapping import KernelSpec, Sharding, load_mapping
+from tests.kernels import sized_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -215,26 +216,6 @@ def test_every_collective_on_a_ring_takes_d_minus_1_rounds_a_phase(tmp_path, mod
         assert any(c.kind == "all-reduce" for c in colls)
 
 
-def call_kernel(pcus: int, pmus: int) -> Kernel:
-    """A kernel whose only property a call looks at: the PCUs and PMUs it configures."""
-    op = OpPlan(
-        name="gemm",
-        kind="gemm",
-        cost_class="systolic",
-        strategy="tp",
-        degree=SOCKETS,
-        flops=1e9,
-        hbm_read=0.0,
-        hbm_write=0.0,
-        weight_bytes=0.0,
-        stream_in=0.0,
-        stream_out=0.0,
-        pcus=pcus,
-        pmus=pmus,
-    )
-    return Kernel("k", [op])
-
-
 def test_a_hardware_call_barrier_on_a_ring_takes_d_minus_1_rounds(tmp_path):
     """A call ends at a barrier: a zero-byte all-gather, one round fully connected, d - 1 = 15
     on a ring of 16, each one link latency; the rest of the call does not see the topology."""
@@ -242,7 +223,7 @@ def test_a_hardware_call_barrier_on_a_ring_takes_d_minus_1_rounds(tmp_path):
     full = load_hardware("sn40l-16")
     latency = full.links.p2p_latency_s
     cal, socket = full.calibration, full.socket
-    k = call_kernel(100, 300)
+    k = sized_kernel(100, 300)
     load = (100 * socket.config_bytes_per_pcu + 300 * socket.config_bytes_per_pmu) / (
         cal.config_bandwidth
     )

@@ -14,35 +14,12 @@ from __future__ import annotations
 
 import pytest
 
-from rdusim.compiler.program import Kernel, OpPlan
 from rdusim.cost.calls import CallCost, call_cost, call_parts
 from rdusim.spec.hardware import Hardware, load_hardware
 from rdusim.spec.mapping import Orchestration
+from tests.kernels import sized_kernel
 
 REL = 1e-12
-
-
-def kernel(pcus: int, pmus: int) -> Kernel:
-    """A kernel configuring `pcus` PCUs and `pmus` PMUs over two ops."""
-
-    def op(name: str, p: int, m: int) -> OpPlan:
-        return OpPlan(
-            name=name,
-            kind="gemm",
-            cost_class="systolic",
-            strategy="tp",
-            degree=16,
-            flops=1e9,
-            hbm_read=0.0,
-            hbm_write=0.0,
-            weight_bytes=0.0,
-            stream_in=0.0,
-            stream_out=0.0,
-            pcus=p,
-            pmus=m,
-        )
-
-    return Kernel("k", [op("a", pcus // 2, pmus // 2), op("b", pcus - pcus // 2, pmus - pmus // 2)])
 
 
 def round_values(preset: str, topology: str = "fully-connected", sockets: int | None = None):
@@ -77,7 +54,7 @@ PROGRAM_100_200 = 200e-6
 )
 def test_call_parts_by_hand(preset, topology, barrier):
     hw = round_values(preset, topology)
-    k = kernel(100, 200)
+    k = sized_kernel(100, 200, ops=2)
     hard = call_parts(k, hw, "hardware")
     assert hard.program_load_s == pytest.approx(PROGRAM_100_200, rel=REL)
     assert hard.argument_load_s == 5e-6
@@ -94,7 +71,7 @@ def test_call_parts_by_hand(preset, topology, barrier):
 def test_hand_worked_totals():
     """The four sums written out: 200 + 5 + 2 = 207 us; on a ring of 16, 200 + 5 + 30 = 235 us;
     on a ring of 8, 200 + 5 + 14 = 219 us; the host adds 300 us to each."""
-    k = kernel(100, 200)
+    k = sized_kernel(100, 200, ops=2)
     assert call_cost(k, round_values("sn40l-16"), "hardware") == pytest.approx(207e-6, rel=REL)
     assert call_cost(k, round_values("sn40l-16"), "software") == pytest.approx(507e-6, rel=REL)
     assert call_cost(k, round_values("sn40l-16", "ring"), "hardware") == pytest.approx(
@@ -119,15 +96,15 @@ def test_hand_worked_totals():
 )
 def test_program_load_by_hand(pcus, pmus, program):
     hw = round_values("sn40l-16")
-    assert call_parts(kernel(pcus, pmus), hw, "hardware").program_load_s == pytest.approx(
-        program, rel=REL, abs=1e-18
-    )
+    assert call_parts(
+        sized_kernel(pcus, pmus, ops=2), hw, "hardware"
+    ).program_load_s == pytest.approx(program, rel=REL, abs=1e-18)
 
 
 def test_a_lone_socket_waits_at_no_barrier():
     for topology in ("fully-connected", "ring"):
         hw = round_values("sn40l-16", topology, sockets=1)
-        parts = call_parts(kernel(100, 200), hw, "hardware")
+        parts = call_parts(sized_kernel(100, 200, ops=2), hw, "hardware")
         assert parts.barrier_s == 0.0
         assert parts.total_s == pytest.approx(205e-6, rel=REL)
 
@@ -136,14 +113,14 @@ def test_a_lone_socket_waits_at_no_barrier():
 def test_a_ring_barrier_takes_d_minus_1_rounds(sockets):
     ring = round_values("sn40l-16", "ring", sockets=sockets)
     full = round_values("sn40l-16", "fully-connected", sockets=sockets)
-    k = kernel(10, 10)
+    k = sized_kernel(10, 10, ops=2)
     assert call_parts(k, ring, "hardware").barrier_s == pytest.approx((sockets - 1) * 2e-6, rel=REL)
     assert call_parts(k, full, "hardware").barrier_s == pytest.approx(2e-6, rel=REL)
 
 
 def test_orchestration_by_name_or_enum():
     hw = round_values("sn40l-16")
-    k = kernel(100, 200)
+    k = sized_kernel(100, 200, ops=2)
     assert call_parts(k, hw, Orchestration.SOFTWARE) == call_parts(k, hw, "software")
     assert call_parts(k, hw, Orchestration.HARDWARE) == call_parts(k, hw, "hardware")
     with pytest.raises(ValueError):
@@ -157,7 +134,7 @@ def test_the_shipped_presets(preset, orchestration):
     hw: Hardware = load_hardware(preset)
     assert hw.links.topology == "fully-connected"
     socket, cal = hw.socket, hw.calibration
-    k = kernel(300, 500)
+    k = sized_kernel(300, 500, ops=2)
     program = (300 * socket.config_bytes_per_pcu + 500 * socket.config_bytes_per_pmu) / (
         cal.config_bandwidth
     )

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from rdusim.api import run_mapping
-from rdusim.compiler.program import Kernel, OpPlan, Program
+from rdusim.compiler.program import Kernel, Program
 from rdusim.cost.calls import call_cost, call_parts
 from rdusim.sim.engine import simulate_pipeline
 from rdusim.sim.kernel import extrapolate, time_kernel
 from rdusim.sim.model import simulate
 from rdusim.spec.hardware import Hardware, load_hardware
+from tests.kernels import sized_kernel
 
 MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
 REL = 1e-9
@@ -31,26 +32,6 @@ def with_links(hw: Hardware, **links: object) -> Hardware:
 
 
 # ------------------------------------------------------------------ calls
-
-
-def sized_kernel(pcus: int, pmus: int) -> Kernel:
-    """A kernel configuring `pcus` PCUs and `pmus` PMUs (all a call looks at)."""
-    op = OpPlan(
-        name="gemm",
-        kind="gemm",
-        cost_class="systolic",
-        strategy="tp",
-        degree=16,
-        flops=1e9,
-        hbm_read=0.0,
-        hbm_write=0.0,
-        weight_bytes=0.0,
-        stream_in=0.0,
-        stream_out=0.0,
-        pcus=pcus,
-        pmus=pmus,
-    )
-    return Kernel("k", [op])
 
 
 def hand_call(k: Kernel, hw: Hardware, rounds: int, host: bool) -> float:

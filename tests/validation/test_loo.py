@@ -5,18 +5,22 @@ without an item and the predictive interval against their closed forms."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 from scipy.stats import norm
 
-from rdusim.uncertainty.parameters import BY_NAME, PARAMETERS, Scale
-from rdusim.validation.items import Bound, Evidence, Item, Measure, Metric, PriorsFile
+from rdusim.validation.items import Bound, Item, Measure, Metric
 from rdusim.validation.loo import Prediction, predictive, refit_without, summarise
-from rdusim.validation.posterior import Problem, linearise
-
-Z90 = float(norm.ppf(0.95))
+from rdusim.validation.posterior import linearise
+from tests.validation.toy import (
+    D0,
+    D_SD,
+    PRIOR_MEAN,
+    TOY_ITEMS,
+    analytic_posterior,
+    toy_problem,
+)
 
 MEASURE_EXTRAS = {
     Metric.SPEEDUP: {"base": ["kernel_looping=false"]},
@@ -152,93 +156,6 @@ def test_summarise_without_rate_items_has_no_width():
     assert math.isnan(s.median_rel_half_width)
     assert s.coverage_90 == 1.0 and s.compared == 0
     assert s.sq_log_error == {"rdusim": 0.0, "null_constant": 0.0, "null_roofline": 0.0}
-
-
-# --- the toy problem -----------------------------------------------------------------------------
-
-TOY_PARAMS = (BY_NAME["p2p_bandwidth"], BY_NAME["argument_load_s"])  # both on the log scale
-PRIOR_MEAN = np.array([math.log(2e11), math.log(1e-5)])
-PRIOR_SD = np.array([1.0, 0.8])
-D0, D_SD = 0.05, 1e-4  # the discrepancy: pinned by its prior
-
-
-def toy_priors() -> PriorsFile:
-    entries = {}
-    for p in PARAMETERS:
-        lo, hi = (0.5, 0.9) if p.scale == Scale.LOGIT else (1.0, 10.0)
-        entries[p.name] = {"low": lo, "high": hi, "source": "unused"}
-    for p, m, s in zip(TOY_PARAMS, PRIOR_MEAN, PRIOR_SD, strict=True):
-        entries[p.name] = {
-            "low": math.exp(m - Z90 * s),
-            "high": math.exp(m + Z90 * s),
-            "source": "toy",
-        }
-    d = {"low": D0 * math.exp(-Z90 * D_SD), "high": D0 * math.exp(Z90 * D_SD), "source": "toy"}
-    return PriorsFile.model_validate({"parameters": entries, "discrepancy": d})
-
-
-@dataclass
-class LinearModel:
-    """An item model whose log-value is c + a . (u - PRIOR_MEAN), u the parameters' logs."""
-
-    item: Item
-    c: float
-    a: np.ndarray
-    group: str = ""
-    group_readings: list = field(default_factory=lambda: [()])
-    own_readings: list = field(default_factory=lambda: [()])
-    over_readings: list = field(default_factory=lambda: [()])
-
-    def __post_init__(self) -> None:
-        self.group = self.group or self.item.id
-
-    @property
-    def metric(self) -> Metric:
-        return Metric.TOTAL_LATENCY_S
-
-    def predict(self, theta, cache=None) -> np.ndarray:
-        u = np.array([math.log(theta[p.name]) for p in TOY_PARAMS])
-        return np.array([[math.exp(self.c + float(self.a @ (u - PRIOR_MEAN)))]])
-
-    def predict_reading(self, theta, a, b, cache=None) -> float:
-        return float(self.predict(theta)[a, b])
-
-
-# item -> (c, a, observed log-value minus c, precision)
-TOY_ITEMS = {
-    "A": (0.0, np.array([1.0, 0.5]), 0.6, 0.05),
-    "B": (1.0, np.array([-0.3, 1.2]), -0.5, 0.1),
-    "C": (-2.0, np.array([0.4, -0.2]), 0.2, 0.08),
-}
-
-
-def toy_problem() -> Problem:
-    models = {}
-    for i, (c, a, dy, prec) in TOY_ITEMS.items():
-        item = Item(
-            id=i,
-            quantity="toy",
-            where="here",
-            value=math.exp(c + dy),
-            unit="s",
-            precision=prec,
-            use="fit",
-            measure=Measure(metric=Metric.TOTAL_LATENCY_S, mapping="toy"),
-        )
-        models[i] = LinearModel(item, c, a)
-    return Problem(Evidence([], toy_priors()), models, list(TOY_ITEMS), parameters=TOY_PARAMS)
-
-
-def analytic_posterior(items) -> tuple[np.ndarray, np.ndarray]:
-    precision = np.diag(1.0 / PRIOR_SD**2)
-    shift = np.zeros(2)
-    for i in items:
-        _, a, dy, prec = TOY_ITEMS[i]
-        s2 = prec**2 + D0**2
-        precision += np.outer(a, a) / s2
-        shift += a * dy / s2
-    cov = np.linalg.inv(precision)
-    return PRIOR_MEAN + cov @ shift, cov
 
 
 @pytest.fixture(scope="module")
