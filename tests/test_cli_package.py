@@ -68,6 +68,7 @@ def test_every_command_module_registers_its_commands() -> None:
         "validate",
         "calibrate",
         "serve",
+        "fit",
     }
 
 

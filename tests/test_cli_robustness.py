@@ -50,6 +50,8 @@ def _commands(tmp: Path) -> dict[str, list[str]]:
         "reproduce": ["reproduce", "table5", "--out", str(tmp / "reproduce")],
         "calibrate": ["calibrate"],
         "calibrate-json": ["calibrate", "--json", "--write", "--out", str(tmp)],
+        "fit": ["fit", "deepseek-r1", str(MODELS_DIR / "llama-3.1-8b.yaml")],
+        "fit-json": ["fit", "deepseek-r1", "--json"],
         "help": ["--help"],
     }
 

@@ -61,6 +61,7 @@ COMMANDS: dict[str, list[str]] = {
     "map r1_decode --ops": ["map", "r1_decode", "--ops"],
     "map r1_prefill --ops": ["map", "r1_prefill", "--ops"],
     "model deepseek-r1": ["model", "deepseek-r1"],
+    "fit": ["fit", "deepseek-r1", "llama-3.1-70b", "llama-3.1-8b", "llama-3.1-405b"],
     "serve": [*SERVE, "r1_disaggregated"],
     "serve --rate grid": [
         *SERVE,
@@ -221,6 +222,25 @@ def _check_grid(out: str, width: int, data: dict[str, Any]) -> None:
     assert "snapstream.enabled=true, rate=0.5" in wide and "not shown" not in wide
 
 
+# --- fit --------------------------------------------------------------------------------------
+
+
+def _check_fit(out: str, width: int, data: dict[str, Any]) -> None:
+    """A row per model with its load time, a row per tier, and every switch's time: in a matrix
+    where it fits, else a row per pair."""
+    lines = out.splitlines()
+    for m in data["models"]:
+        row = [x for x in lines if x.startswith(m["name"] + " ") and seconds(m["load_s"]) in x]
+        assert row, (m["name"], width)
+    n = len(data["models"])
+    for name in ("HBM (usable)", "DDR"):
+        assert any(x.startswith(name) and f" of {n}" in x for x in lines), (name, width)
+    for s in data["switches"]:
+        if s["seconds"]:
+            assert seconds(s["seconds"]) in out
+    assert "assumes:" in out
+
+
 # --- sweep ------------------------------------------------------------------------------------
 
 
@@ -249,6 +269,7 @@ CHECKS: dict[str, Callable[[str, int, Any], None]] = {
     "serve colocated": _check_serve,
     "serve --rate grid": _check_grid,
     "sweep": _check_sweep,
+    "fit": _check_fit,
 }
 
 

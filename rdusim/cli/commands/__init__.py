@@ -6,7 +6,8 @@
 - `list`: the shipped hardware presets, models and mappings;
 - `reproduce`: the SnapStream paper's Tables 4 and 5;
 - `evidence`: `validate` (leave-one-out over the evidence) and `calibrate` (the posterior);
-- `serve`: a request workload on a prefill and a decode mapping.
+- `serve`: a request workload on a prefill and a decode mapping;
+- `fit`: how many models a node holds at once in DDR and HBM, and what a switch costs.
 
 Every output path is checked before any work starts (a sweep or a calibration can take minutes),
 and all of a command's files are written together through temporaries that are renamed into
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from rdusim.cli.commands import evidence, list, map, model, reproduce, serve, sweep
+from rdusim.cli.commands import evidence, fit, list, map, model, reproduce, serve, sweep
 from rdusim.cli.options import Subparsers
 
 
@@ -28,4 +29,4 @@ class Command(Protocol):
 
 
 # in the order `rdusim --help` lists them
-COMMANDS: tuple[Command, ...] = (model, map, sweep, list, reproduce, evidence, serve)
+COMMANDS: tuple[Command, ...] = (model, map, sweep, list, reproduce, evidence, serve, fit)
