@@ -13,8 +13,21 @@ from rdusim.compiler.collectives import Topology
 from rdusim.compiler.experts import ExpertLoading, Routing
 from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
 from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
-from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, OpPlan, Program
-from rdusim.compiler.sharding import LayerInput, ShardContext, shard, sharding_errors
+from rdusim.compiler.program import (
+    Collective,
+    ExtraRole,
+    Kernel,
+    LayerProgram,
+    OpPlan,
+    Program,
+)
+from rdusim.compiler.sharding import (
+    LayerInput,
+    ShardContext,
+    fused_shardings,
+    sharding_errors,
+    walk,
+)
 from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import ModelGraphs, build_model
@@ -107,31 +120,50 @@ def build_kernels(
     """The kernels of one layer graph; `only` names the kernels to build (the sharding pass still
     sees them all, since layouts and traffic at a kernel's edges depend on its neighbours), and
     `layer_input` is the layer input's layout when a caller already knows it (`shard`)."""
-    hw = ctx.hw
-    sharded = shard(graph, fused, kind, shard_context(fused, wl, ctx), layer_input)
+    sctx = shard_context(fused, wl, ctx)
+    sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, layer_input)
     kernels: list[Kernel] = []
     for fk in fused:
         if only is not None and fk.spec.name not in only:
             continue
-        ops = [sharded.ops[n] for n in fk.ops]
-        tiles, tile_tokens = _tiles(fk.spec, ops, wl, ctx)
-        k = Kernel(
-            fk.spec.name,
-            ops,
-            tiles=tiles,
-            tile_tokens=min(tile_tokens, wl.tokens),
-            kv_block=fk.spec.tiling.kv_block,
+        plans = sharded.kernel_plans(fk.ops, sctx.kv_blocks.get(fk.spec.name))
+        collectives = sharded.kernel_collectives(plans)
+        kernels.append(
+            assemble_kernel(graph, fk, list(plans.values()), collectives, kind, wl, ctx, check)
         )
-        members = set(fk.ops)
-        k.edges = [(a, b) for a, b in graph.dag.edges if a in members and b in members]
-        k.collectives = [c for i, c in enumerate(sharded.collectives) if sharded.host[i] in members]
-        plan_sram(k, graph, wl, hw)
-        if check:
-            check_sram(k, kind, fk.index, hw)
-            check_units(k, kind, fk.index, hw)
-        allocate(k, hw)
-        kernels.append(k)
     return kernels
+
+
+def assemble_kernel(
+    graph: Graph,
+    fk: FusedKernel,
+    ops: list[OpPlan],
+    collectives: list[Collective],
+    kind: str,
+    wl: Workload,
+    ctx: CompileContext,
+    check: bool = True,
+) -> Kernel:
+    """One kernel from its ops' sharded plans and the collectives it hosts: tiles, SRAM plan,
+    the checks that it fits a socket (`check`), and its PCUs and PMUs."""
+    hw = ctx.hw
+    tiles, tile_tokens = _tiles(fk.spec, ops, wl, ctx)
+    k = Kernel(
+        fk.spec.name,
+        ops,
+        tiles=tiles,
+        tile_tokens=min(tile_tokens, wl.tokens),
+        kv_block=fk.spec.tiling.kv_block,
+    )
+    members = set(fk.ops)
+    k.edges = [(a, b) for a, b in graph.edges() if a in members and b in members]
+    k.collectives = collectives
+    plan_sram(k, graph, wl, hw)
+    if check:
+        check_sram(k, kind, fk.index, hw)
+        check_units(k, kind, fk.index, hw)
+    allocate(k, hw)
+    return k
 
 
 def _auto(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[KernelSpec]:

@@ -246,6 +246,10 @@ class Graph:
             self._order = list(nx.lexicographical_topological_sort(self.dag, key=index.__getitem__))
         return list(self._order)
 
+    def edges(self) -> list[tuple[str, str]]:
+        """(producer, consumer) op pairs, by producer in build order, then consumer."""
+        return list(self.dag.edges)
+
     def __iter__(self) -> Iterator[Op]:
         return (self.ops[n] for n in self.order())
 

@@ -18,14 +18,14 @@ from enum import StrEnum
 from rdusim.compiler.allocate import unit_overflow
 from rdusim.compiler.compile import (
     CompileContext,
-    build_kernels,
+    assemble_kernel,
     compile_context,
     layer_workload,
     shard_context,
 )
 from rdusim.compiler.fusion import FusedKernel
 from rdusim.compiler.program import Kernel
-from rdusim.compiler.sharding import LayerInput, shard
+from rdusim.compiler.sharding import LayerWalk, fused_shardings, walk
 from rdusim.errors import InfeasibleError, SpecError
 from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import build_model
@@ -76,7 +76,11 @@ def kernel_spec(
 
 
 class CandidateBuilder:
-    """Compiles candidate kernels of one layer under one sharding plan, each once."""
+    """Compiles candidate kernels of one layer under one sharding plan, each once.
+
+    The sharding pass walks the layer once per plan (`rdusim.compiler.sharding.walk`: layouts
+    and collectives do not depend on fusion); a candidate then only finishes its own ops' plans
+    and is assembled as the compiler assembles any kernel."""
 
     def __init__(
         self,
@@ -96,14 +100,13 @@ class CandidateBuilder:
         self.built = 0  # candidates compiled, for the report
         self._cache: dict[tuple[int, int, int | None], Candidate | Refusal] = {}
         self._singles = {name: kernel_spec(name, [name], self.shardings) for name in self.order}
-        self._layer_input: LayerInput | None = None
+        fused = [FusedKernel(self._singles[n], 0, (n,)) for n in self.order]
+        sctx = shard_context(fused, workload, ctx)
+        self._walk: LayerWalk | SpecError
         try:
-            fused = [FusedKernel(self._singles[n], i, (n,)) for i, n in enumerate(self.order)]
-            self._layer_input = shard(
-                graph, fused, kind, shard_context(fused, workload, ctx)
-            ).layer_input
-        except SpecError:
-            pass  # the plan does not divide some op: every candidate will say which
+            self._walk = walk(graph, fused_shardings(fused, kind, sctx), sctx)
+        except SpecError as exc:
+            self._walk = exc  # the plan does not divide some op: every candidate says which
 
     def kv_blocks(self, start: int, end: int) -> tuple[int | None, ...]:
         """K/V blocks to try for ops[start:end], largest first (None: the whole cache)."""
@@ -118,20 +121,21 @@ class CandidateBuilder:
 
     def _build(self, start: int, end: int, kv_block: int | None) -> Candidate | Refusal:
         self.built += 1
+        if isinstance(self._walk, SpecError):
+            return Refusal(Limit.SHARDING, self._walk.problem)
         ops = self.order[start:end]
         spec = kernel_spec(CANDIDATE, ops, self.shardings, Tiling(kv_block=kv_block))
-        fused = [FusedKernel(self._singles[n], 0, (n,)) for n in self.order[:start]]
-        fused.append(FusedKernel(spec, 0, tuple(ops)))
-        fused += [FusedKernel(self._singles[n], 0, (n,)) for n in self.order[end:]]
+        plans = self._walk.kernel_plans(ops, kv_block)
+        collectives = self._walk.kernel_collectives(plans)
         try:
-            (kernel,) = build_kernels(
+            kernel = assemble_kernel(
                 self.graph,
-                fused,
+                FusedKernel(spec, 0, tuple(ops)),
+                list(plans.values()),
+                collectives,
                 self.kind,
                 self.workload,
                 self.ctx,
-                only={CANDIDATE},
-                layer_input=self._layer_input,
             )
         except InfeasibleError as exc:
             return Refusal(Limit.SRAM, exc.problem)
