@@ -434,6 +434,24 @@ class OpBase:
         plan.hbm_write = self.written if leaves else 0.0
         return plan
 
+    def key(self) -> str:
+        """Everything `finish` reads, as text: within one layer graph and workload, two ops
+        with equal keys finish to equal plans in any kernel of the same members and K/V block
+        (the auto-mapper compiles such a kernel once for all the sharding plans that share it)."""
+        consumers = sorted(self.consumers)
+        return repr(
+            (
+                self.template,
+                self.reads,
+                self.cache_read,
+                self.read_replaces_inputs,
+                self.written,
+                consumers,
+                self.always_written,
+                self.flash.key(),
+            )
+        )
+
 
 @dataclass
 class _FlashReread:
@@ -445,6 +463,11 @@ class _FlashReread:
     frac: float
     wl: Workload
     by_block: dict[int | None, float] = field(default_factory=dict)
+
+    def key(self) -> tuple[object, ...]:
+        """What the re-reads depend on besides the layer graph and workload."""
+        sh = self.sh
+        return (self.op.name, sh.strategy, sh.degree, sh.seq_split, self.frac)
 
     def bytes(self, kv_block: int | None) -> float:
         if kv_block not in self.by_block:

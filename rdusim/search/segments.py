@@ -44,6 +44,10 @@ class Limit(StrEnum):
     SHARDING = "sharding"  # the plan's sharding does not divide one of the ops
 
 
+# a candidate's content: (start, end, K/V block, its ops' interned plans, their collectives')
+CandidateKey = tuple[int, int, int | None, tuple[int, ...], tuple[int, ...]]
+
+
 @dataclass(frozen=True)
 class Refusal:
     limit: Limit
@@ -58,6 +62,7 @@ class Candidate:
     end: int
     kv_block: int | None
     kernel: Kernel
+    key: CandidateKey | None = None  # its content in its layer's `KernelPool`
 
 
 def kernel_spec(
@@ -75,6 +80,31 @@ def kernel_spec(
     )
 
 
+class KernelPool:
+    """The candidate kernels of one layer graph and workload, shared by the builders of its
+    sharding plans: a run of ops whose sharded plans (`OpBase.key`) and hosted collectives are
+    the same under two plans is the same kernel, compiled once. Content is interned as small
+    ints, so a candidate's key is (start, end, K/V block, its ops' ids, their collectives' ids)."""
+
+    def __init__(self, graph: Graph, workload: Workload, ctx: CompileContext) -> None:
+        self.graph = graph
+        self.workload = workload
+        self.ctx = ctx
+        self.compiled = 0  # kernels actually compiled (the rest were shared)
+        self._ids: dict[str, int] = {}
+        self._results: dict[CandidateKey, Candidate | Refusal] = {}
+
+    def intern(self, content: str) -> int:
+        return self._ids.setdefault(content, len(self._ids))
+
+    def get(self, key: CandidateKey) -> Candidate | Refusal | None:
+        return self._results.get(key)
+
+    def put(self, key: CandidateKey, result: Candidate | Refusal) -> None:
+        self.compiled += 1
+        self._results[key] = result
+
+
 class CandidateBuilder:
     """Compiles candidate kernels of one layer under one sharding plan, each once.
 
@@ -89,6 +119,7 @@ class CandidateBuilder:
         plan: ShardingPlan,
         workload: Workload,
         ctx: CompileContext,
+        pool: KernelPool | None = None,
     ) -> None:
         self.graph = graph
         self.kind = kind
@@ -97,16 +128,26 @@ class CandidateBuilder:
         self.ctx = ctx
         self.order = graph.order()
         self.shardings = plan.shardings(graph, ctx.hw.sockets)
-        self.built = 0  # candidates compiled, for the report
+        self.built = 0  # candidates compiled (or shared with another plan's), for the report
         self._cache: dict[tuple[int, int, int | None], Candidate | Refusal] = {}
-        self._singles = {name: kernel_spec(name, [name], self.shardings) for name in self.order}
-        fused = [FusedKernel(self._singles[n], 0, (n,)) for n in self.order]
+        singles = [kernel_spec(name, [name], self.shardings) for name in self.order]
+        fused = [FusedKernel(spec, 0, (spec.name,)) for spec in singles]
         sctx = shard_context(fused, workload, ctx)
         self._walk: LayerWalk | SpecError
         try:
             self._walk = walk(graph, fused_shardings(fused, kind, sctx), sctx)
         except SpecError as exc:
             self._walk = exc  # the plan does not divide some op: every candidate says which
+        self._pool = pool or KernelPool(graph, workload, ctx)
+        if (self._pool.graph, self._pool.workload, self._pool.ctx) != (graph, workload, ctx):
+            raise ValueError("a kernel pool serves the builders of one layer graph and workload")
+        self._op_ids: list[int] = []
+        self._coll_ids: list[int] = []
+        if isinstance(self._walk, LayerWalk):
+            w = self._walk
+            self._op_ids = [self._pool.intern(w.ops[n].key()) for n in self.order]
+            hosted = {n: repr(w.kernel_collectives({n})) for n in self.order}
+            self._coll_ids = [self._pool.intern(hosted[n]) for n in self.order]
 
     def kv_blocks(self, start: int, end: int) -> tuple[int | None, ...]:
         """K/V blocks to try for ops[start:end], largest first (None: the whole cache)."""
@@ -123,16 +164,30 @@ class CandidateBuilder:
         self.built += 1
         if isinstance(self._walk, SpecError):
             return Refusal(Limit.SHARDING, self._walk.problem)
+        key = (
+            start,
+            end,
+            kv_block,
+            tuple(self._op_ids[start:end]),
+            tuple(self._coll_ids[start:end]),
+        )
+        found = self._pool.get(key)
+        if found is None:
+            found = self._compile(self._walk, key)
+            self._pool.put(key, found)
+        return found
+
+    def _compile(self, w: LayerWalk, key: CandidateKey) -> Candidate | Refusal:
+        start, end, kv_block = key[:3]
         ops = self.order[start:end]
         spec = kernel_spec(CANDIDATE, ops, self.shardings, Tiling(kv_block=kv_block))
-        plans = self._walk.kernel_plans(ops, kv_block)
-        collectives = self._walk.kernel_collectives(plans)
+        plans = w.kernel_plans(ops, kv_block)
         try:
             kernel = assemble_kernel(
                 self.graph,
                 FusedKernel(spec, 0, tuple(ops)),
                 list(plans.values()),
-                collectives,
+                w.kernel_collectives(plans),
                 self.kind,
                 self.workload,
                 self.ctx,
@@ -144,7 +199,7 @@ class CandidateBuilder:
         over = unit_overflow(kernel, self.ctx.hw)
         if over is not None:
             return Refusal(Limit(over[0]), over[1])
-        return Candidate(start, end, kv_block, kernel)
+        return Candidate(start, end, kv_block, kernel, key)
 
 
 def every_candidate(rm: ResolvedMapping, kind: str, batch: int) -> Iterator[Kernel]:
