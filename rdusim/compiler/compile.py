@@ -166,7 +166,23 @@ def assemble_kernel(
     return k
 
 
+# The greedy auto-mapping of a graph (the seed of the search, and every extra graph of every
+# program) at a workload: compiled again and again by capacity searches and the auto-mapper's
+# finalists, so kept by its full input.
+AUTO_CACHE_SIZE = 256
+_auto_specs: dict[tuple[str, str, Workload, CompileContext], list[KernelSpec]] = {}
+
+
 def _auto(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[KernelSpec]:
+    key = (graph.fingerprint(), kind, wl, ctx)
+    if key not in _auto_specs:
+        if len(_auto_specs) >= AUTO_CACHE_SIZE:
+            _auto_specs.pop(next(iter(_auto_specs)))
+        _auto_specs[key] = _greedy(graph, kind, wl, ctx)
+    return list(_auto_specs[key])
+
+
+def _greedy(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[KernelSpec]:
     sockets = ctx.hw.sockets
 
     def estimate(ops: list[str]) -> float:
