@@ -38,6 +38,7 @@ from rdusim.spec.mapping import (
     MappingSpec,
     ResolvedMapping,
     Sharding,
+    Tiling,
     snapstream_sizes,
 )
 from rdusim.spec.model import ModelSpec
@@ -76,9 +77,7 @@ class CompileContext:
     routing: Routing = field(default_factory=Routing)
 
 
-def _tiles(
-    fk_spec: KernelSpec, ops: list[OpPlan], wl: Workload, ctx: CompileContext
-) -> tuple[int, int]:
+def _tiles(tiling: Tiling, ops: list[OpPlan], wl: Workload, ctx: CompileContext) -> tuple[int, int]:
     """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode streams its
     ops' HBM bytes in PMU-sized chunks, the largest op setting the count. A prefill kernel whose
     tokens fit one tile (the head, which reads only the last position) is a matrix-vector
@@ -87,7 +86,7 @@ def _tiles(
     chunks = math.ceil(largest / ctx.hw.socket.pmu_bytes)
     if ctx.phase == Phase.DECODE:
         return max(MIN_DECODE_TILES, chunks), wl.tokens
-    tile = fk_spec.tiling.tile_tokens or ctx.tile_tokens
+    tile = tiling.tile_tokens or ctx.tile_tokens
     token_tiles = max(1, math.ceil(wl.tokens / tile))
     if token_tiles == 1:
         return max(1, chunks), wl.tokens
@@ -128,18 +127,28 @@ def build_kernels(
             continue
         plans = sharded.kernel_plans(fk.ops, sctx.kv_blocks.get(fk.spec.name))
         collectives = sharded.kernel_collectives(plans)
-        kernels.append(
-            assemble_kernel(graph, fk, list(plans.values()), collectives, kind, wl, ctx, check)
-        )
+        ops = list(plans.values())
+        where = KernelPlace(fk.spec.name, fk.index, kind, fk.spec.tiling)
+        kernels.append(assemble_kernel(graph, where, ops, collectives, wl, ctx, check))
     return kernels
+
+
+@dataclass(frozen=True)
+class KernelPlace:
+    """Where a kernel sits in its mapping (name, position in its kind's list, the kind: what
+    its errors name) and its tiling."""
+
+    name: str
+    index: int
+    kind: str
+    tiling: Tiling
 
 
 def assemble_kernel(
     graph: Graph,
-    fk: FusedKernel,
+    where: KernelPlace,
     ops: list[OpPlan],
     collectives: list[Collective],
-    kind: str,
     wl: Workload,
     ctx: CompileContext,
     check: bool = True,
@@ -147,21 +156,21 @@ def assemble_kernel(
     """One kernel from its ops' sharded plans and the collectives it hosts: tiles, SRAM plan,
     the checks that it fits a socket (`check`), and its PCUs and PMUs."""
     hw = ctx.hw
-    tiles, tile_tokens = _tiles(fk.spec, ops, wl, ctx)
+    tiles, tile_tokens = _tiles(where.tiling, ops, wl, ctx)
     k = Kernel(
-        fk.spec.name,
+        where.name,
         ops,
         tiles=tiles,
         tile_tokens=min(tile_tokens, wl.tokens),
-        kv_block=fk.spec.tiling.kv_block,
+        kv_block=where.tiling.kv_block,
     )
-    members = set(fk.ops)
+    members = {p.name for p in ops}
     k.edges = [(a, b) for a, b in graph.edges() if a in members and b in members]
     k.collectives = collectives
     plan_sram(k, graph, wl, hw)
     if check:
-        check_sram(k, kind, fk.index, hw)
-        check_units(k, kind, fk.index, hw)
+        check_sram(k, where.kind, where.index, hw)
+        check_units(k, where.kind, where.index, hw)
     allocate(k, hw)
     return k
 

@@ -18,6 +18,7 @@ from enum import StrEnum
 from rdusim.compiler.allocate import unit_overflow
 from rdusim.compiler.compile import (
     CompileContext,
+    KernelPlace,
     assemble_kernel,
     compile_context,
     layer_workload,
@@ -130,6 +131,7 @@ class CandidateBuilder:
         self.shardings = plan.shardings(graph, ctx.hw.sockets)
         self.built = 0  # candidates compiled (or shared with another plan's), for the report
         self._cache: dict[tuple[int, int, int | None], Candidate | Refusal] = {}
+        self._places: dict[int | None, KernelPlace] = {}
         singles = [kernel_spec(name, [name], self.shardings) for name in self.order]
         fused = [FusedKernel(spec, 0, (spec.name,)) for spec in singles]
         sctx = shard_context(fused, workload, ctx)
@@ -180,15 +182,18 @@ class CandidateBuilder:
     def _compile(self, w: LayerWalk, key: CandidateKey) -> Candidate | Refusal:
         start, end, kv_block = key[:3]
         ops = self.order[start:end]
-        spec = kernel_spec(CANDIDATE, ops, self.shardings, Tiling(kv_block=kv_block))
         plans = w.kernel_plans(ops, kv_block)
+        where = self._places.get(kv_block)
+        if where is None:
+            where = self._places[kv_block] = KernelPlace(
+                CANDIDATE, 0, self.kind, Tiling(kv_block=kv_block)
+            )
         try:
             kernel = assemble_kernel(
                 self.graph,
-                FusedKernel(spec, 0, tuple(ops)),
+                where,
                 list(plans.values()),
                 w.kernel_collectives(plans),
-                self.kind,
                 self.workload,
                 self.ctx,
             )

@@ -177,20 +177,20 @@ def _reading(name: str, nbytes: float) -> OpPlan:
 def test_tiles_prefill_streams_token_tiles_decode_streams_pmu_chunks():
     k = KernelSpec(name="k", ops=["x"])
     prefill = CompileContext(hardware(), Phase.PREFILL, 2048)
-    assert _tiles(k, [], Workload(1, 8192, 8192), prefill) == (4, 2048)
-    assert _tiles(k, [], Workload(1, 100, 100), prefill) == (1, 100)
+    assert _tiles(k.tiling, [], Workload(1, 8192, 8192), prefill) == (4, 2048)
+    assert _tiles(k.tiling, [], Workload(1, 100, 100), prefill) == (1, 100)
     # tokens that fit one tile (the head's last position): a matrix-vector product whose
     # weights stream in 500 kB PMU chunks, as in decode: 700 MB -> 1400 tiles
-    assert _tiles(k, [_reading("a", 7.0e8)], Workload(1, 1, 8192), prefill) == (1400, 1)
+    assert _tiles(k.tiling, [_reading("a", 7.0e8)], Workload(1, 1, 8192), prefill) == (1400, 1)
     k2 = KernelSpec(name="k", ops=["x"], tiling=Tiling(tile_tokens=1000))
-    assert _tiles(k2, [], Workload(1, 8192, 8192), prefill) == (9, 1000)
+    assert _tiles(k2.tiling, [], Workload(1, 8192, 8192), prefill) == (9, 1000)
     decode = CompileContext(hardware(), Phase.DECODE, 2048)
     # small ops: at least 64 steps
-    assert _tiles(k, [_reading("a", 1e6)], Workload(32, 1, 8192), decode) == (64, 32)
-    assert _tiles(k, [_reading("a", 1e6)], Workload(32, 3, 8192), decode) == (64, 96)
+    assert _tiles(k.tiling, [_reading("a", 1e6)], Workload(32, 1, 8192), decode) == (64, 32)
+    assert _tiles(k.tiling, [_reading("a", 1e6)], Workload(32, 3, 8192), decode) == (64, 96)
     # the largest op's bytes in 500 kB PMU chunks: 700 MB -> 1400 tiles
     ops = [_reading("a", 7.0e8), _reading("b", 1e7)]
-    assert _tiles(k, ops, Workload(32, 1, 8192), decode) == (1400, 32)
+    assert _tiles(k.tiling, ops, Workload(32, 1, 8192), decode) == (1400, 32)
 
 
 def pow2_floor(x: int) -> int:

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from rdusim.compiler.compile import compile_context, compile_mapping, layer_workload
-from rdusim.ir.graph import Phase
+from rdusim.ir.graph import Graph, Phase
 from rdusim.ir.model import build_model
 from rdusim.search.segments import Candidate, CandidateBuilder, Limit, Refusal, kernel_spec
 from rdusim.search.space import AttentionPlacement, ShardingPlan
@@ -73,11 +73,17 @@ def test_a_kernel_over_a_socket_s_sram_is_refused_with_the_compiler_s_reason():
 def test_a_plan_that_does_not_divide_an_op_is_refused():
     _, b = builder("llama31_8b_decode", "dense", ShardingPlan(), overrides=["hardware=sn40l-8"])
     assert isinstance(b.build(0, 1), Candidate)
-    bad = CandidateBuilder(b.graph, "dense", ShardingPlan(), b.workload, b.ctx)
-    bad.shardings = {n: Sharding(tp=3) for n in b.order}
-    bad._singles = {n: kernel_spec(n, [n], bad.shardings) for n in b.order}
+    bad = CandidateBuilder(b.graph, "dense", _TpThree(), b.workload, b.ctx)
     r = bad.build(0, 2)
     assert isinstance(r, Refusal) and r.limit == Limit.SHARDING
+    assert "3 does not divide" in r.detail
+
+
+class _TpThree(ShardingPlan):
+    """Every op tp over 3 sockets: divides neither the heads nor a node of 8."""
+
+    def shardings(self, graph: Graph, sockets: int) -> dict[str, Sharding]:
+        return {n: Sharding(tp=3) for n in graph.ops}
 
 
 def test_each_candidate_is_built_once():
