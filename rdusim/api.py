@@ -21,7 +21,6 @@ from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
 from rdusim.errors import SpecError, SpecErrors, SpecTypeError
 from rdusim.report.schema import build_report
-from rdusim.search.mapper import AutoMapping, SearchOptions, auto_map
 from rdusim.sim.model import SimResult, simulate
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import ResolvedMapping, load_mapping
@@ -29,6 +28,7 @@ from rdusim.spec.mapping import ResolvedMapping, load_mapping
 if TYPE_CHECKING:
     from rdusim.mapping_api import Mapping
     from rdusim.report.typed import Report
+    from rdusim.search.mapper import AutoMapping, SearchOptions
 
 
 @dataclass
@@ -286,6 +286,8 @@ def run_resolved(
         rm = replace(rm, hardware=hardware)
     auto: AutoMapping | None = None
     if rm.spec.kernels == "auto":
+        from rdusim.search.mapper import auto_map  # the search loads only when asked for
+
         auto = auto_map(rm, search, progress=progress)
         rm = auto.mapping
     capacity_batch, program = _compile(rm)
