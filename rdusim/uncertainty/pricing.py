@@ -65,6 +65,11 @@ PRICED_CACHE_SIZE = 8192
 _priced: OrderedDict[tuple[str, _Keyed, _Keyed], KernelTiming] = OrderedDict()
 
 
+def clear_prices() -> None:
+    """Forget the kept prices (tests that count or break the closed form)."""
+    _priced.clear()
+
+
 def _anchor_key(kernel: Kernel, looped: int, orchestration: str, timing: KernelTiming) -> str:
     """The kernel (every field), its looped executions, the orchestration and the point timing
     (every field but its trace slices, which a price drops) as text."""
