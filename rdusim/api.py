@@ -40,6 +40,22 @@ class MapRun:
     auto: AutoMapping | None = None  # the search behind `kernels: auto`
 
 
+def clear_caches() -> None:
+    """Forget what runs in this process keep for later ones (kernel timings, ensemble prices,
+    greedy auto-mappings, expert shares): the next run starts as a fresh process does. Every
+    kept result is a pure function of its key, so this changes no answer, only the time; the
+    benchmarks call it to time cold runs."""
+    from rdusim.compiler.compile import clear_greedy
+    from rdusim.compiler.experts import expert_share
+    from rdusim.sim.model import clear_timings
+    from rdusim.uncertainty.pricing import clear_prices
+
+    clear_timings()
+    clear_prices()
+    clear_greedy()
+    expert_share.cache_clear()
+
+
 def calibration_summary(rm: ResolvedMapping) -> dict[str, Any]:
     """Each calibrated parameter's value in this run's hardware, with what the shipped posterior
     says of it: its 90% interval and the evidence items that pin it."""

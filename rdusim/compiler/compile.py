@@ -182,6 +182,11 @@ AUTO_CACHE_SIZE = 256
 _auto_specs: dict[tuple[str, str, Workload, CompileContext], list[KernelSpec]] = {}
 
 
+def clear_greedy() -> None:
+    """Forget the kept greedy auto-mappings."""
+    _auto_specs.clear()
+
+
 def _auto(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[KernelSpec]:
     key = (graph.fingerprint(), kind, wl, ctx)
     if key not in _auto_specs:

@@ -29,6 +29,7 @@ from typing import Any
 import simpy
 
 from rdusim.compiler.program import Collective, Kernel, OpPlan
+from rdusim.sim.channels import PriorityResource, Store
 from rdusim.spec.hardware import Hardware
 
 # Tiles simulated per kernel at most; kernels with more real tiles are extrapolated from two
@@ -162,7 +163,7 @@ class _Run:
 
     def transfer(
         self,
-        res: simpy.PriorityResource,
+        res: PriorityResource,
         nbytes: float,
         kind: str,
         who: str,
@@ -174,30 +175,27 @@ class _Run:
         if nbytes <= 0:
             return
         rate = self.hbm_rate if kind == "hbm" else self.p2p_rate
-        with res.request(priority=iteration) as req:
-            yield req
-            start = self.env.now
-            yield self.env.timeout(nbytes / rate)
-            if socket == 0:
-                self.totals[kind] += nbytes / rate
-                self.totals[f"{kind}_bytes"] += nbytes
-                if kind == "hbm":
-                    self.hbm_time[who] += nbytes / rate
-            self.record(kind.upper(), who, start, socket)
+        req = res.request(priority=iteration)
+        yield req
+        start = self.env.now
+        yield self.env.timeout(nbytes / rate)
+        if socket == 0:
+            self.totals[kind] += nbytes / rate
+            self.totals[f"{kind}_bytes"] += nbytes
+            if kind == "hbm":
+                self.hbm_time[who] += nbytes / rate
+        self.record(kind.upper(), who, start, socket)
+        res.release(req)
 
     # --- processes -------------------------------------------------------------------------
-    def loader(
-        self, p: OpPlan, out: simpy.Store, hbm: simpy.PriorityResource, socket: int
-    ) -> Process:
+    def loader(self, p: OpPlan, out: Store, hbm: PriorityResource, socket: int) -> Process:
         per_tile = p.hbm_in_bytes / self.n
         for it in range(self.iterations):
             for i in range(self.n):
                 yield from self.transfer(hbm, per_tile, "hbm", p.name, socket, it)
                 yield out.put(i)
 
-    def writer(
-        self, p: OpPlan, inbox: simpy.Store, hbm: simpy.PriorityResource, socket: int
-    ) -> Process:
+    def writer(self, p: OpPlan, inbox: Store, hbm: PriorityResource, socket: int) -> Process:
         per_tile = p.hbm_write / self.n
         for it in range(self.iterations):
             for _ in range(self.n):
@@ -208,9 +206,9 @@ class _Run:
     def collective(
         self,
         c: Collective,
-        p2p: simpy.PriorityResource,
-        inbox: simpy.Store,
-        outbox: simpy.Store,
+        p2p: PriorityResource,
+        inbox: Store,
+        outbox: Store,
         socket: int,
     ) -> Process:
         per_tile = c.bytes / self.n
@@ -233,11 +231,11 @@ class _Run:
     def stage(
         self,
         p: OpPlan,
-        loaded: simpy.Store,
-        wbox: simpy.Store | None,
-        edges: dict[tuple[str, str], simpy.Store],
-        coll_in: dict[int, simpy.Store],
-        coll_out: dict[int, simpy.Store],
+        loaded: Store,
+        wbox: Store | None,
+        edges: dict[tuple[str, str], Store],
+        coll_in: dict[int, Store],
+        coll_out: dict[int, Store],
         socket: int,
     ) -> Process:
         w = self.wiring
@@ -272,11 +270,11 @@ class _Run:
 
     def start_socket(self, s: int) -> None:
         env = self.env
-        hbm = simpy.PriorityResource(env, capacity=1)
-        p2p = simpy.PriorityResource(env, capacity=1)
-        edges = {e: simpy.Store(env) for e in self.kernel.edges}
-        coll_in = {id(c): simpy.Store(env) for c in self.kernel.collectives}
-        coll_out = {id(c): simpy.Store(env) for c in self.kernel.collectives}
+        hbm = PriorityResource(env, capacity=1)
+        p2p = PriorityResource(env, capacity=1)
+        edges = {e: Store(env) for e in self.kernel.edges}
+        coll_in = {id(c): Store(env) for c in self.kernel.collectives}
+        coll_out = {id(c): Store(env) for c in self.kernel.collectives}
         for it in range(self.iterations):
             self.pending[s][it] = len(self.kernel.ops) + sum(
                 1 for p in self.kernel.ops if p.hbm_write > 0
@@ -285,11 +283,11 @@ class _Run:
         # holds the second buffer); a looped kernel with room also holds the next iteration's
         depth = 1 + (self.n if self.kernel.prefetch_iteration and self.iterations > 1 else 0)
         for p in self.kernel.ops:
-            loaded = simpy.Store(env, capacity=depth)
+            loaded = Store(env, capacity=depth)
             env.process(self.loader(p, loaded, hbm, s))
             wbox = None
             if p.hbm_write > 0:
-                wbox = simpy.Store(env)
+                wbox = Store(env)
                 env.process(self.writer(p, wbox, hbm, s))
             env.process(self.stage(p, loaded, wbox, edges, coll_in, coll_out, s))
         for c in self.kernel.collectives:
