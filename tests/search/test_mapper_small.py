@@ -1,8 +1,8 @@
 """The auto-mapper on the tiny models (`tests/search/tiny.py`): what it picks and reports for each
 objective, how it walks the batches, kernel looping over one and two layer kinds, the gain
 against hand kernels, and each way it says that nothing fits. A search of a tiny mapping takes
-about a second, so each path runs in the fast suite (the shipped models' searches, minutes
-long, are in `test_mapper.py`)."""
+about a second, so each path runs in the fast suite (the shipped models' searches, a few seconds
+each, are in `test_mapper.py`)."""
 
 from __future__ import annotations
 
