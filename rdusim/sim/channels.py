@@ -56,14 +56,14 @@ class Store:
         ev = _event(self.env)
         ev.item = item  # type: ignore[attr-defined]
         self._puts.append(ev)
-        ev.callbacks.append(self._trigger_get)  # type: ignore[union-attr]
+        ev.callbacks.append(self._trigger_get)
         self._trigger_put(None)
         return ev
 
     def get(self) -> Event:
         ev = _event(self.env)
         self._gets.append(ev)
-        ev.callbacks.append(self._trigger_put)  # type: ignore[union-attr]
+        ev.callbacks.append(self._trigger_put)
         self._trigger_get(None)
         return ev
 
@@ -79,7 +79,7 @@ class Store:
 
 
 def _key(ev: Event) -> tuple[int, float, bool]:
-    return ev.key  # type: ignore[attr-defined, no-any-return]
+    return ev.key  # type: ignore[attr-defined]
 
 
 class PriorityResource:
@@ -101,7 +101,7 @@ class PriorityResource:
 
     def release(self, request: Event) -> Event:
         ev = _event(self.env)
-        ev.callbacks.append(self._trigger_put)  # type: ignore[union-attr]
+        ev.callbacks.append(self._trigger_put)
         if request in self.users:
             self.users.remove(request)
         _succeed(ev)
