@@ -27,7 +27,8 @@ what-if of a runtime that pays only for occupied slots and their longest cache.
 A request produces its first token when its prefill ends (the prefill graph generates x_{L+1},
 §2.3); with SnapStream the cache is compressed inside the prefill graph (§3.2), so that cost is
 in the prefill time and what leaves the prefill node is the compressed cache. Each decode step a
-request takes adds `tokens_per_step` tokens (the expected MTP acceptance: 2.4 at 80% in §5.2),
+request takes adds the tokens the step accepts for it (drawn when the step verifies drafts:
+`rdusim.serving.acceptance`; else `tokens_per_step`, e.g. the paper's 2.4 at 80% in §5.2),
 and its slot frees at the end of the step that completes its output (`GraphShape.decode_steps`);
 a request whose cache arrives during a step joins at the next step boundary. Records keep every timestamp, so the
 metrics and the trace are computed afterwards from data, not from the engine's counters.
@@ -42,8 +43,10 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import simpy
 
+from rdusim.serving.acceptance import request_rng
 from rdusim.serving.arrivals import Request
 from rdusim.serving.scheduler import (
     Action,
@@ -85,6 +88,7 @@ class EngineConfig:
     link_latency_s: float = 0.0
     step_cost: DecodeStepCost = DecodeStepCost.STATIC
     scheduler: Policy | None = None  # colocated: a policy object in place of `policy`
+    seed: int = 0  # the workload's: each request's accepted-token draws (`serving.acceptance`)
 
     def colocated_policy(self) -> Policy:
         """The policy colocated nodes choose by: `scheduler` if given, else the one `policy`
@@ -211,9 +215,8 @@ class DecodeBatch:
         shape = self.engine.shape
         for rec in self.pending:
             rec.join_step = self.steps
-            heapq.heappush(
-                self._finish, (self.steps + shape.decode_steps(rec.output_tokens), rec.id, rec)
-            )
+            steps = shape.decode_steps(rec.output_tokens, self.engine.acceptance_rng(rec))
+            heapq.heappush(self._finish, (self.steps + steps, rec.id, rec))
             # its cache during global step s is key + s * tokens_per_step (see step_s)
             key = shape.kv_tokens(rec.prompt_tokens) + 1 - (self.steps + 1) * shape.tokens_per_step
             heapq.heappush(self._cache, (-key, rec.id))
@@ -306,6 +309,10 @@ class Engine:
         self.env.process(self._arrivals())
 
     # --- shared -----------------------------------------------------------------------------
+
+    def acceptance_rng(self, rec: RequestRecord) -> np.random.Generator | None:
+        """The request's own stream of accepted-token draws (None: steps accept their mean)."""
+        return request_rng(self.config.seed, rec.id) if self.shape.draft_tokens else None
 
     def _arrivals(self) -> Process:
         env = self.env
