@@ -43,10 +43,9 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import simpy
 
-from rdusim.serving.acceptance import request_rng
+from rdusim.serving.acceptance import drawn_steps
 from rdusim.serving.arrivals import Request
 from rdusim.serving.scheduler import (
     Action,
@@ -88,7 +87,7 @@ class EngineConfig:
     link_latency_s: float = 0.0
     step_cost: DecodeStepCost = DecodeStepCost.STATIC
     scheduler: Policy | None = None  # colocated: a policy object in place of `policy`
-    seed: int = 0  # the workload's: each request's accepted-token draws (`serving.acceptance`)
+    seed: int = 0  # the workload's: the accepted-token draws (`rdusim.serving.acceptance`)
 
     def colocated_policy(self) -> Policy:
         """The policy colocated nodes choose by: `scheduler` if given, else the one `policy`
@@ -215,7 +214,7 @@ class DecodeBatch:
         shape = self.engine.shape
         for rec in self.pending:
             rec.join_step = self.steps
-            steps = shape.decode_steps(rec.output_tokens, self.engine.acceptance_rng(rec))
+            steps = self.engine.steps_of(rec)
             heapq.heappush(self._finish, (self.steps + steps, rec.id, rec))
             # its cache during global step s is key + s * tokens_per_step (see step_s)
             key = shape.kv_tokens(rec.prompt_tokens) + 1 - (self.steps + 1) * shape.tokens_per_step
@@ -283,6 +282,7 @@ class Engine:
         ]
         self.prefill_s = {n: times.prefill_s(n) for n in shape.prefill_lengths}
         self.static_step_s = times.decode_step_s(shape.decode_slots, shape.cache_len)
+        self._drawn = _drawn_steps(self.records, shape, config.seed)
         self.queue: deque[RequestRecord] = deque()  # waiting for prefill
         self.arrived = Signal(self.env)
         self.prefills: list[PrefillRun] = []
@@ -310,9 +310,12 @@ class Engine:
 
     # --- shared -----------------------------------------------------------------------------
 
-    def acceptance_rng(self, rec: RequestRecord) -> np.random.Generator | None:
-        """The request's own stream of accepted-token draws (None: steps accept their mean)."""
-        return request_rng(self.config.seed, rec.id) if self.shape.draft_tokens else None
+    def steps_of(self, rec: RequestRecord) -> int:
+        """Decode steps the request takes: drawn before the run when steps verify drafts
+        (`rdusim.serving.acceptance`), else at the mean rate."""
+        if self._drawn is not None:
+            return self._drawn[rec.id]
+        return self.shape.decode_steps(rec.output_tokens)
 
     def _arrivals(self) -> Process:
         env = self.env
@@ -502,6 +505,19 @@ class Engine:
             decode_step_s=self.static_step_s,
             prefill_s=dict(self.prefill_s),
         )
+
+
+def _drawn_steps(
+    records: Sequence[RequestRecord], shape: GraphShape, seed: int
+) -> dict[int, int] | None:
+    """Each request's decode steps by id, drawn in id order when a step verifies drafts; None
+    when every step accepts the mean."""
+    if not shape.draft_tokens:
+        return None
+    ordered = sorted(records, key=lambda r: r.id)
+    tokens = [r.output_tokens - 1 for r in ordered]
+    steps = drawn_steps(tokens, shape.draft_tokens, shape.acceptance, seed)
+    return {r.id: int(n) for r, n in zip(ordered, steps.tolist(), strict=True)}
 
 
 def simulate_serving(

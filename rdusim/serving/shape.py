@@ -26,10 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from rdusim.errors import SpecError, SpecErrors
-from rdusim.serving.acceptance import sampled_steps
 from rdusim.serving.arrivals import Request
 from rdusim.serving.step_times import GraphFacts
 from rdusim.spec.workload import ResolvedWorkload
@@ -77,11 +74,9 @@ class GraphShape:
         """Bytes of a request's cache after prefill: what a disaggregated deployment moves."""
         return self.kv_tokens(prompt_tokens) * self.kv_bytes_per_token
 
-    def decode_steps(self, output_tokens: int, rng: np.random.Generator | None = None) -> int:
-        """Decode steps a request needs after its first token: drawn from `rng` when the step
-        verifies drafts, else at the mean rate."""
-        if self.draft_tokens and rng is not None:
-            return sampled_steps(output_tokens - 1, self.draft_tokens, self.acceptance, rng)
+    def decode_steps(self, output_tokens: int) -> int:
+        """Decode steps a request needs after its first token at the mean rate (the engine
+        draws them instead when a step verifies drafts: `rdusim.serving.acceptance`)."""
         return ceil_steps(output_tokens - 1, self.tokens_per_step)
 
 

@@ -1,7 +1,7 @@
 """Accepted tokens per step drawn, not averaged: the draws' frequencies and mean against the
 truncated geometric distribution worked out by hand (within the binomial spread of a large seeded
-sample), the steps a request takes, and the engine's runs with drawn acceptance (same seed, same
-run; a request's draws its own)."""
+sample), the steps a request takes (a brute-force walk over the seed's stream), and the engine's
+runs with drawn acceptance (same seed, same run; the draws independent of the deployment)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdusim.serving.acceptance import draw_accepted, request_rng, sampled_steps
+from rdusim.serving import acceptance
+from rdusim.serving.acceptance import (
+    LEAST_DRAWS,
+    acceptance_rng,
+    draw_accepted,
+    drawn_steps,
+    sampled_steps,
+)
 from rdusim.serving.metrics import generated_tokens
 from tests.serving.synthetic import colocated, disaggregated, requests, run, shape
 
@@ -75,8 +82,68 @@ def test_mean_steps_over_many_requests_match_the_expected_rate() -> None:
     mean = sum(x * p for x, p in enumerate(pmf, start=1))
     var = sum(x * x * p for x, p in enumerate(pmf, start=1)) - mean**2
     se = math.sqrt(tokens * var / mean**3 / n)
-    steps = [sampled_steps(tokens, k, a, request_rng(3, i)) for i in range(n)]
-    assert tokens / mean - SIGMAS * se <= np.mean(steps) <= tokens / mean + 1.0 + SIGMAS * se
+    steps = drawn_steps([tokens] * n, k, a, seed=3)
+    assert tokens / mean - SIGMAS * se <= steps.mean() <= tokens / mean + 1.0 + SIGMAS * se
+    assert len(set(steps.tolist())) > 1  # drawn: requests of one length differ
+
+
+def _walk(draws: np.ndarray, tokens: int) -> int:
+    """Brute force: steps until the running sum of `draws` reaches `tokens`."""
+    total = 0
+    for step, x in enumerate(draws.tolist(), start=1):
+        total += x
+        if total >= tokens:
+            return step
+    raise AssertionError("not enough draws")
+
+
+def test_drawn_steps_walk_the_seed_s_stream_block_by_block() -> None:
+    # each request, in order, takes ceil(1.25 tokens / E[X]) + LEAST_DRAWS consecutive draws
+    # of the acceptance stream and needs the steps until they reach its tokens
+    k, a, seed = 4, 0.8, 11
+    tokens = [0, 1, 7, 150, 2, 999, 40]
+    got = drawn_steps(tokens, k, a, seed)
+    rng, mean = acceptance_rng(seed), 3.3616
+    for t, steps in zip(tokens, got.tolist(), strict=True):
+        if t == 0:
+            assert steps == 0
+            continue
+        block = draw_accepted(k, a, rng, math.ceil(1.25 * t / mean) + LEAST_DRAWS)
+        assert steps == _walk(block, t)
+
+
+def test_a_block_that_falls_short_draws_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with no spare draws, 2 draws for 3 tokens fall short whenever both add 1 (1 in 4 at
+    # a = 0.5): the request draws on from the same stream
+    monkeypatch.setattr(acceptance, "LEAST_DRAWS", 0)
+    for seed in range(40):
+        steps = drawn_steps([3], 8, 0.5, seed)[0]
+        assert steps == _walk(draw_accepted(8, 0.5, acceptance_rng(seed), 64), 3)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 3000), min_size=1, max_size=30),
+    st.integers(1, 8),
+    st.floats(0.0, 1.0),
+    st.integers(0, 1 << 20),
+)
+def test_drawn_steps_lie_between_all_and_none_accepted(
+    tokens: list[int], k: int, a: float, seed: int
+) -> None:
+    steps = drawn_steps(tokens, k, a, seed)
+    for t, n in zip(tokens, steps.tolist(), strict=True):
+        assert math.ceil(t / (k + 1)) <= n <= t
+    if a == 1.0:
+        assert steps.tolist() == [math.ceil(t / (k + 1)) for t in tokens]
+    assert drawn_steps(tokens, k, a, seed).tolist() == steps.tolist()  # same seed, same steps
+
+
+def test_chunks_do_not_change_the_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = [500, 20, 3000, 1, 77] * 20
+    whole = drawn_steps(tokens, 2, 0.8, 5)
+    monkeypatch.setattr(acceptance, "CHUNK_DRAWS", 100)  # a chunk per request or so
+    assert drawn_steps(tokens, 2, 0.8, 5).tolist() == whole.tolist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,13 +154,15 @@ def _drafting(**kw: object):
     return shape(4, tokens_per_step=3.3616, draft_tokens=4, acceptance=0.8, **kw)
 
 
-def test_a_request_s_steps_are_drawn_from_its_own_stream() -> None:
-    reqs = requests(*[(0.1 * i, 10, 200) for i in range(12)])
+def test_the_engine_takes_each_request_s_drawn_steps() -> None:
+    reqs = requests(*[(0.1 * i, 10, 200 + i) for i in range(12)])
     result = run(reqs, _drafting(), colocated(seed=5))
-    for rec in result.records:
-        assert rec.steps == _drafting().decode_steps(200, request_rng(5, rec.id))
-    assert len({r.steps for r in result.records}) > 1  # drawn: not every request alike
-    assert sum(generated_tokens(r, 3.3616) for r in result.records) == 12 * 200
+    drawn = drawn_steps([199 + i for i in range(12)], 4, 0.8, 5)
+    assert [r.steps for r in result.records] == drawn.tolist()
+    assert len({r.steps for r in result.records}) > 1
+    assert sum(generated_tokens(r, 3.3616) for r in result.records) == sum(
+        200 + i for i in range(12)
+    )
 
 
 def test_same_seed_same_run_another_seed_other_draws() -> None:

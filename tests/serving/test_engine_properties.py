@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdusim.serving.acceptance import request_rng
+from rdusim.serving.acceptance import drawn_steps
 from rdusim.serving.arrivals import Request
 from rdusim.serving.engine import EngineConfig, EngineResult, simulate_serving
 from rdusim.serving.metrics import generated_tokens
@@ -153,10 +153,12 @@ def test_generated_tokens_equal_the_outputs(case, config, times) -> None:
     assert produced == sum(r.output_tokens for r in reqs)
     # the engine's own tally of slot-steps agrees with the steps each request took
     assert result.slot_steps == sum(r.steps for r in result.records)
-    # each request took the steps its own draws need (the mean rate when nothing is drawn)
-    for r in result.records:
-        rng = request_rng(config.seed, r.id) if graph.draft_tokens else None
-        assert r.steps == graph.decode_steps(r.output_tokens, rng)
+    # each request took the steps its draws need (the mean rate when nothing is drawn)
+    k, a = graph.draft_tokens, graph.acceptance
+    by_id = sorted(result.records, key=lambda r: r.id)
+    drawn = drawn_steps([r.output_tokens - 1 for r in by_id], k, a, config.seed) if k else None
+    for i, r in enumerate(by_id):
+        assert r.steps == (drawn[i] if drawn is not None else graph.decode_steps(r.output_tokens))
         if r.output_tokens > 1:
             top = (graph.draft_tokens + 1) if graph.draft_tokens else graph.tokens_per_step
             assert math.ceil((r.output_tokens - 1) / top - EPS) <= r.steps <= r.output_tokens - 1
