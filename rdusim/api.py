@@ -322,7 +322,7 @@ def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:
         return max_batch(rm)
     program = compile_mapping(rm)
     capacity_batch = _capacity(rm, program)
-    if program.hbm.fits:
+    if program.fits:
         return capacity_batch, program
     fix = (
         remedies(rm, f"use batch {capacity_batch} or less (`batch: max`)", "shorten seq_len")
@@ -336,6 +336,8 @@ def _capacity(rm: ResolvedMapping, program: Program) -> int | None:
     """The largest power-of-two decode batch that fits, or None (prefill, or the weights alone
     overflow HBM, or no batch fits)."""
     if program.phase != "decode" or program.hbm.weights > program.hbm.capacity:
+        return None
+    if program.ddr.weights > program.ddr.capacity:
         return None
     try:
         return max_batch(rm)[0]

@@ -12,9 +12,10 @@ from rdusim.compiler.auto import auto_kernels
 from rdusim.compiler.collectives import Topology
 from rdusim.compiler.experts import ExpertLoading, Routing
 from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
-from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
+from rdusim.compiler.memory import check_sram, plan_memory, plan_sram
 from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, OpPlan, Program
 from rdusim.compiler.sharding import LayerInput, ShardContext, shard, sharding_errors
+from rdusim.compiler.tiers import Placement, part_of, place
 from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import ModelGraphs, build_model
@@ -61,6 +62,7 @@ class CompileContext:
     phase: Phase
     tile_tokens: int  # default prefill tile rows
     routing: Routing = field(default_factory=Routing)
+    placement: Placement = field(default_factory=Placement)
 
 
 def _tiles(
@@ -70,7 +72,7 @@ def _tiles(
     ops' HBM bytes in PMU-sized chunks, the largest op setting the count. A prefill kernel whose
     tokens fit one tile (the head, which reads only the last position) is a matrix-vector
     product like a decode kernel, and streams its weights in chunks the same way."""
-    largest = max((p.hbm_in_bytes for p in ops), default=0.0)
+    largest = max((p.memory_in_bytes for p in ops), default=0.0)
     chunks = math.ceil(largest / ctx.hw.socket.pmu_bytes)
     if ctx.phase == Phase.DECODE:
         return max(MIN_DECODE_TILES, chunks), wl.tokens
@@ -103,12 +105,16 @@ def build_kernels(
     check: bool = True,
     only: Collection[str] | None = None,
     layer_input: LayerInput | None = None,
+    part: str | None = None,
 ) -> list[Kernel]:
     """The kernels of one layer graph; `only` names the kernels to build (the sharding pass still
-    sees them all, since layouts and traffic at a kernel's edges depend on its neighbours), and
-    `layer_input` is the layer input's layout when a caller already knows it (`shard`)."""
+    sees them all, since layouts and traffic at a kernel's edges depend on its neighbours),
+    `layer_input` is the layer input's layout when a caller already knows it (`shard`), and
+    `part` the placement part whose tier holds the weights (default: `kind`, a layer kind)."""
     hw = ctx.hw
     sharded = shard(graph, fused, kind, shard_context(fused, wl, ctx), layer_input)
+    placement = ctx.placement
+    place(sharded.ops.values(), placement.weights_of(part or kind), placement.kv_cache)
     kernels: list[Kernel] = []
     for fk in fused:
         if only is not None and fk.spec.name not in only:
@@ -163,7 +169,9 @@ def compile_context(rm: ResolvedMapping) -> CompileContext:
     tile = prefill_tile_tokens(
         rm.model.hidden_size, rm.model.bytes_of("activations"), hw.socket.pmu_bytes
     )
-    return CompileContext(hw, Phase(rm.spec.phase), tile, _routing(rm))
+    return CompileContext(
+        hw, Phase(rm.spec.phase), tile, _routing(rm), Placement.of(rm.spec.placement)
+    )
 
 
 def layer_workload(rm: ResolvedMapping, batch: int) -> Workload:
@@ -318,7 +326,8 @@ def _extras(
             kspecs = moe
         else:
             kspecs = _auto(g, e.name, wl, ctx)
-        kernels = build_kernels(g, fuse(g, kspecs, e.name), e.name, wl, ctx)
+        part = part_of(e.name, e.role)
+        kernels = build_kernels(g, fuse(g, kspecs, e.name), e.name, wl, ctx, part=part)
         extras[e.name] = LayerProgram(
             e.name, 1, g, kernels, wl, runs=e.runs, role=e.role, module=e.module
         )
@@ -380,7 +389,9 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         raise SpecErrors([rm.source.locate(e) for e in many.errors]) from None
     except SpecError as exc:
         raise rm.source.locate(exc) from None
-    hbm = plan_hbm(_deployed(layers, extras), hw, wl, phase, ss.slots if ss else None)
+    deployed = _deployed(layers, extras)
+    kv_tier = rm.spec.placement.kv_cache
+    hbm, ddr = plan_memory(deployed, hw, wl, phase, ss.slots if ss else None, kv_tier)
     return Program(
         mapping=spec.name or rm.source.file,
         model=rm.model.name,
@@ -392,6 +403,7 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         layers=layers,
         extras=extras,
         hbm=hbm,
+        ddr=ddr,
         kv_len=wl.kv if phase == Phase.DECODE else (ss.slots if ss else spec.seq_len),
         snapstream=ss is not None,
         tokens_per_step=spec.tokens_per_step,
@@ -399,4 +411,9 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         mtp_mode=spec.mtp.mode.value,
         draft_tokens=spec.mtp.draft_tokens,
         expert_loading=spec.moe.expert_loading.value,
+        weight_tiers={
+            part_of(lp.kind, lp.role): ctx.placement.weights_of(part_of(lp.kind, lp.role))
+            for lp in deployed
+        },
+        kv_tier=kv_tier,
     )

@@ -260,7 +260,7 @@ def _check_phase(rm: ResolvedMapping, phase: str, option: str) -> None:
 
 def _fitting(rm: ResolvedMapping, program: Program) -> Program:
     """`program`, or an infeasible error when it does not fit in HBM."""
-    if program.hbm.fits:
+    if program.fits:
         return program
     raise does_not_fit(rm, program)
 

@@ -38,6 +38,7 @@ from rdusim.spec.overrides import (
     parse_overrides,
     set_path,
 )
+from rdusim.spec.placement import PlacementSpec, check_placement
 from rdusim.spec.yamlio import (
     did_you_mean,
     dotted,
@@ -314,6 +315,7 @@ class MappingSpec(Strict):
     mtp: MtpSpec = Field(default_factory=MtpSpec)
     moe: MoeSpec = Field(default_factory=MoeSpec)
     snapstream: SnapStreamSpec = Field(default_factory=SnapStreamSpec)
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
     kernels: Kernels = "auto"
     reference: str | None = Field(
         default=None,
@@ -550,6 +552,7 @@ def resolve_spec(
     _check_workload(spec, model, file, doc)
     check_layer_kinds(spec, model, file, doc)
     _check_moe(spec, model, file, doc)
+    check_placement(spec.placement, model, file, doc)
     loads = _expert_loads(spec, model, here, file, doc)
     return ResolvedMapping(spec, model, hardware, Source(file, doc), loads)
 

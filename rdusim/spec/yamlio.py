@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import errno
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -388,12 +389,27 @@ def validate(model: type[M], data: Any, *, file: str, doc: Any = None, prefix: t
                     file=file,
                     key=settable_key(loc, data) or None,
                     line=line_of(doc, loc) if doc is not None else None,
-                    fix=_FIXES.get(err["type"], "see the documentation of this key"),
+                    fix=_fix(err),
                 )
             )
         if len(errors) == 1:
             raise errors[0] from None
         raise SpecErrors(errors) from None
+
+
+def _fix(err: Any) -> str:
+    """The fix for one pydantic error: its type's, led by the nearest allowed value when a
+    choice was misspelt (`'dr'` for `'ddr'`)."""
+    fix = _FIXES.get(err["type"], "see the documentation of this key")
+    expected = (err.get("ctx") or {}).get("expected")
+    got = err.get("input")
+    if (
+        err["type"] in ("enum", "literal_error")
+        and isinstance(expected, str)
+        and isinstance(got, str)
+    ):
+        fix = did_you_mean(got, re.findall(r"'([^']*)'", expected)) + fix
+    return fix
 
 
 def load_model(model: type[M], path: str | Path) -> M:

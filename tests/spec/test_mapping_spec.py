@@ -525,6 +525,7 @@ def test_an_unknown_set_path_suggests_the_closest_field(key, meant):
 
 def test_settable_paths_are_the_fields_of_the_mapping_and_its_sections():
     from rdusim.spec.mapping import MoeSpec, MtpSpec, RoutingSpec, SnapStreamSpec, settable_paths
+    from rdusim.spec.placement import PlacementSpec
 
     paths = set(settable_paths())
     sections = {
@@ -532,6 +533,7 @@ def test_settable_paths_are_the_fields_of_the_mapping_and_its_sections():
         "moe": MoeSpec,
         "moe.routing": RoutingSpec,
         "snapstream": SnapStreamSpec,
+        "placement": PlacementSpec,
     }
     expected = set(MappingSpec.model_fields)
     for prefix, model in sections.items():
