@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
+from rdusim.compiler.capacity import ddr_placements, does_not_fit, max_batch, remedies
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
 from rdusim.errors import SpecError, SpecErrors, SpecTypeError
@@ -325,7 +325,12 @@ def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:
     if program.fits:
         return capacity_batch, program
     fix = (
-        remedies(rm, f"use batch {capacity_batch} or less (`batch: max`)", "shorten seq_len")
+        remedies(
+            rm,
+            f"use batch {capacity_batch} or less (`batch: max`)",
+            "shorten seq_len",
+            *ddr_placements(rm, weights=False),
+        )
         if capacity_batch
         else "shorten seq_len or use more sockets"
     )

@@ -16,7 +16,7 @@ from rdusim.compiler.program import Program
 from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.model import summarize
 from rdusim.spec.mapping import ResolvedMapping
-from rdusim.spec.placement import PARTS, Tier
+from rdusim.spec.placement import PARTS, Tier, model_parts
 
 # The largest power-of-two batch `max_batch` compiles (and `validation.measures` prices): a
 # plan that still fits there is reported at it.
@@ -55,7 +55,7 @@ def not_even_one(rm: ResolvedMapping, prog: Program) -> InfeasibleError:
         f"{hbm.weights / 1e9:.1f}, KV cache {hbm.kv_cache / 1e9:.1f}), "
         f"{hbm.capacity / 1e9:.1f} GB usable ({(hbm.used - hbm.capacity) / 1e9:.1f} GB over)"
     )
-    fix = remedies(rm, "shorten seq_len", "use more sockets", *_to_ddr(rm, weights=False))
+    fix = remedies(rm, "shorten seq_len", "use more sockets", *ddr_placements(rm, weights=False))
     return InfeasibleError(problem, file=rm.source.file, key="batch", fix=fix)
 
 
@@ -83,7 +83,7 @@ def _weights_do_not_fit(rm: ResolvedMapping, prog: Program) -> InfeasibleError:
             fix=f"use a node with at least {needed} sockets of this kind"
             + (" (--set hardware=sn40l-16)" if sockets < 16 and needed <= 16 else "")
             + ", a narrower weight dtype (dtypes.weights in a copy of the model file)"
-            + "".join(f", {w}" for w in _to_ddr(rm, kv=False)),
+            + "".join(f", {w}" for w in ddr_placements(rm, kv=False)),
         )
     return InfeasibleError(
         f"the weights need {hbm.weights / 1e9:.1f} GB per socket ({total / 1e9:.0f} GB over "
@@ -97,13 +97,17 @@ def _weights_do_not_fit(rm: ResolvedMapping, prog: Program) -> InfeasibleError:
     )
 
 
-def _to_ddr(rm: ResolvedMapping, *, weights: bool = True, kv: bool = True) -> list[str]:
+def ddr_placements(rm: ResolvedMapping, *, weights: bool = True, kv: bool = True) -> list[str]:
     """The DDR placements that would free HBM and are not made yet: weights of every part
     (the whole model) and the KV cache."""
     p = rm.spec.placement
     out = []
-    if weights and (p.weights != Tier.DDR or any(p.weights_of(x) != Tier.DDR for x in PARTS)):
-        out.append("place weights in DDR (--set placement.moe=ddr, or placement.weights=ddr)")
+    in_hbm = [x for x in PARTS if x in model_parts(rm.model) and p.weights_of(x) == Tier.HBM]
+    if weights and in_hbm:
+        how = "--set placement.weights=ddr"
+        if "moe" in in_hbm:  # the experts are most of a MoE model's weights
+            how = "--set placement.moe=ddr, or placement.weights=ddr"
+        out.append(f"place weights in DDR ({how})")
     if kv and p.kv_cache != Tier.DDR:
         out.append("place the KV cache in DDR (--set placement.kv_cache=ddr)")
     return out
@@ -153,6 +157,9 @@ def does_not_fit(rm: ResolvedMapping, program: Program, fix: str | None = None) 
         key="batch",
         fix=fix
         or remedies(
-            rm, "use a smaller batch (`batch: max` finds the largest that fits)", "shorten seq_len"
+            rm,
+            "use a smaller batch (`batch: max` finds the largest that fits)",
+            "shorten seq_len",
+            *ddr_placements(rm, weights=False),
         ),
     )

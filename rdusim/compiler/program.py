@@ -75,6 +75,7 @@ class OpPlan:
     seq_split: int = 1  # sockets each sequence's cached positions are split over (split-KV)
     experts_touched: float | None = None  # expected distinct routed experts per execution
     cache_read: float = 0.0  # of hbm_read: bytes read from the KV cache
+    lookup_read: float = 0.0  # of hbm_read: rows a lookup reads from its own weight table
     cache_write: float = 0.0  # of hbm_write: bytes written into the KV cache
     weight_tier: Tier = Tier.HBM  # where its weights live (`placement:`)
     cache_tier: Tier = Tier.HBM  # where the KV cache it reads or writes lives
@@ -100,16 +101,22 @@ class OpPlan:
     @property
     def hbm_in_bytes(self) -> float:
         """Of `memory_in_bytes`, those read from HBM (a spill always goes through HBM)."""
-        cache = self.cache_read if self.cache_tier == Tier.DDR else 0.0
         weights = self.streamed_weight_bytes if self.weight_tier == Tier.HBM else 0.0
-        return (self.hbm_read - cache) + weights + self.spill_bytes
+        return (self.hbm_read - self._ddr_read) + weights + self.spill_bytes
 
     @property
     def ddr_in_bytes(self) -> float:
-        """Of `memory_in_bytes`, those read from DDR: weights and cache placed there."""
-        cache = self.cache_read if self.cache_tier == Tier.DDR else 0.0
+        """Of `memory_in_bytes`, those read from DDR: weights (streamed, or a lookup's rows)
+        and cache placed there."""
         weights = self.streamed_weight_bytes if self.weight_tier == Tier.DDR else 0.0
-        return weights + cache
+        return weights + self._ddr_read
+
+    @property
+    def _ddr_read(self) -> float:
+        """Of `hbm_read`, the bytes that come from DDR: cache and lookup rows placed there."""
+        cache = self.cache_read if self.cache_tier == Tier.DDR else 0.0
+        rows = self.lookup_read if self.weight_tier == Tier.DDR else 0.0
+        return cache + rows
 
     @property
     def ddr_write(self) -> float:
