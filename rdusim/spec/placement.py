@@ -58,12 +58,6 @@ class PlacementSpec(Strict):
         tier: Tier | None = getattr(self, part)
         return tier if tier is not None else self.weights
 
-    @property
-    def uses_ddr(self) -> bool:
-        """Whether anything is placed in DDR."""
-        tiers = [self.weights, self.kv_cache, *(getattr(self, p) for p in PARTS)]
-        return Tier.DDR in tiers
-
 
 def model_parts(model: ModelSpec) -> set[str]:
     """The placement parts `model` has: its layer kinds, `mtp` with an MTP module, and always

@@ -17,13 +17,13 @@ from rdusim.spec.yamlio import validate
 def test_everything_defaults_to_hbm():
     p = PlacementSpec()
     assert all(p.weights_of(part) == Tier.HBM for part in PARTS)
-    assert p.kv_cache == Tier.HBM and not p.uses_ddr
+    assert p.kv_cache == Tier.HBM
 
 
 def test_a_part_not_named_takes_the_weights_default():
     p = validate(PlacementSpec, {"weights": "ddr", "head": "hbm"}, file="m.yaml")
     assert [p.weights_of(x) for x in PARTS] == ["ddr", "ddr", "ddr", "ddr", "hbm"]
-    assert p.uses_ddr and p.kv_cache == "hbm"
+    assert p.kv_cache == "hbm"
     with pytest.raises(ValueError, match="unknown placement part"):
         p.weights_of("experts")
 
