@@ -65,16 +65,16 @@ def _weights_do_not_fit(rm: ResolvedMapping, prog: Program) -> InfeasibleError:
     hbm, sockets = prog.hbm, prog.sockets
     total = hbm.weights * sockets if sockets else hbm.weights
     model_total = summarize(rm.model).weight_bytes
-    whose = f"{rm.model.name}'s weights"
+    whose, verb = f"{rm.model.name}'s weights", "do"
     if prog.ddr.weights:  # only the part placed in HBM counts against it
         model_total *= hbm.weights / (hbm.weights + prog.ddr.weights)
-        whose = f"the part of {whose} placed in HBM"
+        whose, verb = f"the part of {whose} placed in HBM", "does"
     dtype = rm.model.dtypes.weights or rm.model.default_weight_dtype
     node = f"{rm.hardware.name}'s {sockets} socket{'s' if sockets != 1 else ''}"
     if model_total > hbm.capacity * sockets:
         needed = math.ceil(model_total / hbm.capacity)
         return InfeasibleError(
-            f"{whose} ({model_total / 1e9:.0f} GB in {dtype}) do not fit "
+            f"{whose} ({model_total / 1e9:.0f} GB in {dtype}) {verb} not fit "
             f"{node}: they hold {hbm.capacity * sockets / 1e9:.0f} GB usable "
             f"({hbm.capacity / 1e9:.1f} GB each), and sharded over all of them the weights need "
             f"{hbm.weights / 1e9:.1f} GB per socket",
@@ -140,9 +140,9 @@ def remedies(rm: ResolvedMapping, *options: str, snapstream_helps: bool = True) 
 
 
 def does_not_fit(rm: ResolvedMapping, program: Program, fix: str | None = None) -> InfeasibleError:
-    """Why a compiled program overflows HBM: the weights alone (`not_even_one`), or the batch's
-    cache and workspace beside them, with `fix` saying what to change (by default a smaller
-    batch)."""
+    """Why a compiled program overflows memory: what `placement:` puts in DDR, the weights alone
+    in HBM (`not_even_one`), or the batch's cache and workspace beside them, with `fix` saying
+    what to change (by default a smaller batch)."""
     if not program.ddr.fits:
         return ddr_does_not_fit(rm, program)
     hbm = program.hbm
