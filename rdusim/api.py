@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
+from rdusim.compiler.capacity import ddr_placements, does_not_fit, max_batch, remedies
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
 from rdusim.errors import SpecError, SpecErrors, SpecTypeError
@@ -322,10 +322,15 @@ def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:
         return max_batch(rm)
     program = compile_mapping(rm)
     capacity_batch = _capacity(rm, program)
-    if program.hbm.fits:
+    if program.fits:
         return capacity_batch, program
     fix = (
-        remedies(rm, f"use batch {capacity_batch} or less (`batch: max`)", "shorten seq_len")
+        remedies(
+            rm,
+            f"use batch {capacity_batch} or less (`batch: max`)",
+            "shorten seq_len",
+            *ddr_placements(rm, weights=False),
+        )
         if capacity_batch
         else "shorten seq_len or use more sockets"
     )
@@ -336,6 +341,8 @@ def _capacity(rm: ResolvedMapping, program: Program) -> int | None:
     """The largest power-of-two decode batch that fits, or None (prefill, or the weights alone
     overflow HBM, or no batch fits)."""
     if program.phase != "decode" or program.hbm.weights > program.hbm.capacity:
+        return None
+    if program.ddr.weights > program.ddr.capacity:
         return None
     try:
         return max_batch(rm)[0]

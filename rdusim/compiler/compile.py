@@ -12,9 +12,10 @@ from rdusim.compiler.auto import auto_kernels
 from rdusim.compiler.collectives import Topology
 from rdusim.compiler.experts import ExpertLoading, Routing
 from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
-from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
+from rdusim.compiler.memory import check_sram, plan_memory, plan_sram
 from rdusim.compiler.program import (
     DRAFTER_DEPLOYED_ROLES,
+    DDRPlan,
     ExtraRole,
     HBMPlan,
     Kernel,
@@ -23,6 +24,7 @@ from rdusim.compiler.program import (
     Program,
 )
 from rdusim.compiler.sharding import LayerInput, ShardContext, shard, sharding_errors
+from rdusim.compiler.tiers import Placement, part_of, place
 from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import ModelGraphs, build_model
@@ -37,6 +39,7 @@ from rdusim.spec.mapping import (
     snapstream_sizes,
 )
 from rdusim.spec.model import ModelSpec
+from rdusim.spec.placement import Tier
 from rdusim.spec.speculation import Drafter, Speculation
 
 # A decode step's activations are a few rows; its kernels stream weights (and the cache) in
@@ -71,6 +74,7 @@ class CompileContext:
     phase: Phase
     tile_tokens: int  # default prefill tile rows
     routing: Routing = field(default_factory=Routing)
+    placement: Placement = field(default_factory=Placement)
 
 
 def _tiles(
@@ -80,7 +84,7 @@ def _tiles(
     ops' HBM bytes in PMU-sized chunks, the largest op setting the count. A prefill kernel whose
     tokens fit one tile (the head, which reads only the last position) is a matrix-vector
     product like a decode kernel, and streams its weights in chunks the same way."""
-    largest = max((p.hbm_in_bytes for p in ops), default=0.0)
+    largest = max((p.memory_in_bytes for p in ops), default=0.0)
     chunks = math.ceil(largest / ctx.hw.socket.pmu_bytes)
     if ctx.phase == Phase.DECODE:
         return max(MIN_DECODE_TILES, chunks), wl.tokens
@@ -113,12 +117,16 @@ def build_kernels(
     check: bool = True,
     only: Collection[str] | None = None,
     layer_input: LayerInput | None = None,
+    part: str | None = None,
 ) -> list[Kernel]:
     """The kernels of one layer graph; `only` names the kernels to build (the sharding pass still
-    sees them all, since layouts and traffic at a kernel's edges depend on its neighbours), and
-    `layer_input` is the layer input's layout when a caller already knows it (`shard`)."""
+    sees them all, since layouts and traffic at a kernel's edges depend on its neighbours),
+    `layer_input` is the layer input's layout when a caller already knows it (`shard`), and
+    `part` the placement part whose tier holds the weights (default: `kind`, a layer kind)."""
     hw = ctx.hw
     sharded = shard(graph, fused, kind, shard_context(fused, wl, ctx), layer_input)
+    placement = ctx.placement
+    place(sharded.ops.values(), placement.weights_of(part or kind), placement.kv_cache)
     kernels: list[Kernel] = []
     for fk in fused:
         if only is not None and fk.spec.name not in only:
@@ -173,7 +181,9 @@ def compile_context(rm: ResolvedMapping) -> CompileContext:
     tile = prefill_tile_tokens(
         rm.model.hidden_size, rm.model.bytes_of("activations"), hw.socket.pmu_bytes
     )
-    return CompileContext(hw, Phase(rm.spec.phase), tile, _routing(rm))
+    return CompileContext(
+        hw, Phase(rm.spec.phase), tile, _routing(rm), Placement.of(rm.spec.placement)
+    )
 
 
 def layer_workload(rm: ResolvedMapping, batch: int) -> Workload:
@@ -375,7 +385,8 @@ def _extra_program(rm: ResolvedMapping, e: _Extra, ctx: CompileContext) -> Layer
     g, wl = e.graph, e.workload
     kspecs = e.kernels if e.kernels is not None else _auto(g, e.name, wl, ctx)
     try:
-        kernels = build_kernels(g, fuse(g, kspecs, e.name), e.name, wl, ctx)
+        part = part_of(e.name, e.role)
+        kernels = build_kernels(g, fuse(g, kspecs, e.name), e.name, wl, ctx, part=part)
     except (SpecError, SpecErrors) as exc:
         if e.role != ExtraRole.DRAFT_LAYER or e.kernels is None:
             raise
@@ -429,21 +440,23 @@ def _drafter_deployed(extras: dict[str, LayerProgram]) -> list[LayerProgram]:
     return [e for e in extras.values() if e.role in DRAFTER_DEPLOYED_ROLES]
 
 
-def _hbm(
+def _memory(
     layers: dict[str, LayerProgram],
     extras: dict[str, LayerProgram],
     hw: Hardware,
     wl: Workload,
     phase: Phase,
     snap_kv: int | None,
-) -> HBMPlan:
-    """The HBM plan of everything deployed, with the drafter's own weights and cache named."""
-    hbm = plan_hbm(_deployed(layers, extras), hw, wl, phase, snap_kv)
+    kv_tier: Tier,
+) -> tuple[HBMPlan, DDRPlan]:
+    """The HBM and DDR plans of everything deployed, with the drafter's own weights and cache
+    in HBM named."""
+    hbm, ddr = plan_memory(_deployed(layers, extras), hw, wl, phase, snap_kv, kv_tier)
     drafter = _drafter_deployed(extras)
     if not drafter:
-        return hbm
-    own = plan_hbm(drafter, hw, wl, phase, snap_kv)
-    return dataclasses.replace(hbm, draft_weights=own.weights, draft_kv_cache=own.kv_cache)
+        return hbm, ddr
+    own, _ = plan_memory(drafter, hw, wl, phase, snap_kv, kv_tier)
+    return dataclasses.replace(hbm, draft_weights=own.weights, draft_kv_cache=own.kv_cache), ddr
 
 
 def _speculation(rm: ResolvedMapping) -> Speculation:
@@ -495,7 +508,9 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         raise SpecErrors([rm.source.locate(e) for e in many.errors]) from None
     except SpecError as exc:
         raise rm.source.locate(exc) from None
-    hbm = _hbm(layers, extras, hw, wl, phase, ss.slots if ss else None)
+    deployed = _deployed(layers, extras)
+    kv_tier = rm.spec.placement.kv_cache
+    hbm, ddr = _memory(layers, extras, hw, wl, phase, ss.slots if ss else None, kv_tier)
     return Program(
         mapping=spec.name or rm.source.file,
         model=rm.model.name,
@@ -507,6 +522,7 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         layers=layers,
         extras=extras,
         hbm=hbm,
+        ddr=ddr,
         kv_len=wl.kv if phase == Phase.DECODE else (ss.slots if ss else spec.seq_len),
         snapstream=ss is not None,
         tokens_per_step=spec.tokens_per_step,
@@ -515,4 +531,9 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         draft_tokens=spec.mtp.draft_tokens,
         speculation=_speculation(rm),
         expert_loading=spec.moe.expert_loading.value,
+        weight_tiers={
+            part_of(lp.kind, lp.role): ctx.placement.weights_of(part_of(lp.kind, lp.role))
+            for lp in deployed
+        },
+        kv_tier=kv_tier,
     )

@@ -24,7 +24,7 @@ from rdusim.compiler.program import Collective, Layout, OpPlan
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
 from rdusim.ir.attrs import AttentionAttrs, ElementwiseAttrs, GemmAttrs, head_count, window_of
-from rdusim.ir.graph import Graph, Op, TensorKind, TPMode, Workload
+from rdusim.ir.graph import CostClass, Graph, Op, TensorKind, TPMode, Workload
 from rdusim.spec.mapping import Sharding
 from rdusim.spec.yamlio import kernel_key
 
@@ -489,6 +489,9 @@ def _plan_op(
         flops=flops * frac,
         hbm_read=hbm_read + cache_read,
         hbm_write=hbm_write,
+        cache_read=cache_read if _reads_cache(graph, op) else 0.0,
+        lookup_read=cache_read if _looks_up_weights(op) else 0.0,
+        cache_write=hbm_write * _cache_share_of_outputs(graph, op, wl),
         weight_bytes=op.weight_bytes() * weight_share,
         stream_in=stream_in,
         stream_out=out_bytes * out_share,
@@ -507,6 +510,27 @@ def _plan_op(
         elif sh.seq_split > 1:
             st.partial_groups[t] = (sh.seq_split, _share(T, sh.degree, wl.batch))
     return plan
+
+
+def _reads_cache(graph: Graph, op: Op) -> bool:
+    """Whether the op's explicit read shape reads a KV cache (attention over it, a gather from
+    it), rather than an activation."""
+    return any(graph.tensors[t].kind == TensorKind.CACHE for t in op.inputs)
+
+
+def _looks_up_weights(op: Op) -> bool:
+    """Whether the op's explicit read shape is rows of its own weights (the embedding table)."""
+    return op.cost_class == CostClass.MEMORY and bool(op.weights) and op.read is not None
+
+
+def _cache_share_of_outputs(graph: Graph, op: Op, wl: Workload) -> float:
+    """The fraction of the op's output bytes that go into a KV cache (its writes' tier follows
+    the cache's)."""
+    env = wl.env()
+    sizes = [(graph.tensors[t].nbytes(env), graph.tensors[t].kind) for t in op.outputs]
+    total = sum(size for size, _ in sizes)
+    cache = sum(size for size, kind in sizes if kind == TensorKind.CACHE)
+    return cache / total if total > 0 else 0.0
 
 
 def _apply_expert_routing(

@@ -14,7 +14,9 @@ from rdusim.sim.kernel import KernelTiming
 from rdusim.sim.model import SimResult
 from rdusim.spec.speculation import Drafter
 
-SCHEMA_VERSION = 2  # 2: kernel calls, MTP, expert routing, collective rounds
+# 2: kernel calls, MTP, expert routing, collective rounds; since, added keys only (memory tiers:
+# `ddr_bytes`, `placement`, DDR traffic)
+SCHEMA_VERSION = 2
 
 
 def build_report(
@@ -46,7 +48,20 @@ def build_report(
             "kv_cache": program.hbm.kv_cache,
             "workspace": program.hbm.workspace,
         },
-        "traffic_bytes": {"hbm": result.traffic("hbm"), "p2p": result.traffic("p2p")}
+        "ddr_bytes": {
+            "capacity": program.ddr.capacity,
+            "weights": program.ddr.weights,
+            "kv_cache": program.ddr.kv_cache,
+        },
+        "placement": {
+            "weights": {part: tier.value for part, tier in program.weight_tiers.items()},
+            "kv_cache": program.kv_tier.value,
+        },
+        "traffic_bytes": {
+            "hbm": result.traffic("hbm"),
+            "ddr": result.traffic("ddr"),
+            "p2p": result.traffic("p2p"),
+        }
         if result
         else None,
         "total_latency_s": total_latency,
@@ -107,6 +122,7 @@ def _kernel(k: Kernel, kt: KernelTiming | None, total: float | None) -> dict[str
         ],
         "flops": sum(p.flops for p in k.ops),
         "hbm_traffic_bytes": sum(p.hbm_bytes for p in k.ops),
+        "ddr_traffic_bytes": k.ddr_bytes,
         "latency_s": kt.latency_s if kt else None,
         "call_s": kt.call_share_s if kt else None,
         "pipeline_s": kt.pipeline_s if kt else None,
@@ -117,6 +133,7 @@ def _kernel(k: Kernel, kt: KernelTiming | None, total: float | None) -> dict[str
                 "op": o.name,
                 "busy_s": o.busy_s,
                 "hbm_s": o.hbm_s,
+                "ddr_s": o.ddr_s,
                 "stall_s": o.stall_s,
                 "pcus": o.pcus,
                 "bound": o.bound,

@@ -42,6 +42,7 @@ class OpTiming(_Part):
     op: str
     busy_s: Num
     hbm_s: Num
+    ddr_s: Num
     stall_s: Num
     pcus: int
     bound: str
@@ -69,6 +70,7 @@ class KernelReport(_Part):
     collectives: list[Collective]
     flops: Num
     hbm_traffic_bytes: Num
+    ddr_traffic_bytes: Num
     latency_s: Num | None
     call_s: Num | None
     pipeline_s: Num | None
@@ -127,10 +129,26 @@ class HbmBytes(_Part):
     workspace: Num
 
 
+class DdrBytes(_Part):
+    """DDR per socket: its capacity, and the weights and KV cache `placement:` puts there."""
+
+    capacity: Num
+    weights: Num
+    kv_cache: Num
+
+
+class PlacementReport(_Part):
+    """The tier (`hbm` or `ddr`) of each deployed part's weights and of the KV cache."""
+
+    weights: dict[str, str]
+    kv_cache: str
+
+
 class TrafficBytes(_Part):
-    """Bytes moved per socket over the whole run."""
+    """Bytes moved per socket over the whole run (a prompt, or a decode step)."""
 
     hbm: Num
+    ddr: Num
     p2p: Num
 
 
@@ -282,6 +300,8 @@ class Report(_Part):
     extras: dict[str, ExtraReport]
     sram_peak_bytes: Num
     hbm_bytes: HbmBytes
+    ddr_bytes: DdrBytes
+    placement: PlacementReport
     traffic_bytes: TrafficBytes | None
     total_latency_s: Num | None  # time to first token (prefill) or one step (decode)
     kernel_calls: int

@@ -41,6 +41,7 @@ from rdusim.sim.model import SimResult, simulate
 from rdusim.spec.catalog import resolve_mapping
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import ResolvedMapping, load_mapping
+from rdusim.spec.placement import Tier
 
 # Cache lengths of the decode grid, as fractions of the compiled graph's.
 CACHE_FRACTIONS = (1 / 16, 1 / 4, 1 / 2, 3 / 4, 1.0)
@@ -271,18 +272,20 @@ def _check_phase(rm: ResolvedMapping, phase: str, option: str) -> None:
 
 def _fitting(rm: ResolvedMapping, program: Program) -> Program:
     """`program`, or an infeasible error when it does not fit in HBM."""
-    if program.hbm.fits:
+    if program.fits:
         return program
     raise does_not_fit(rm, program)
 
 
 def _prefill_hold(rm: ResolvedMapping, program: Program, cache_len: int) -> int:
     """Finished caches (at the graph's full length, compressed with SnapStream) that fit in the
-    HBM a prefill node's plan leaves free: a disaggregated prefill node keeps them there until
-    a decode node takes them."""
+    memory a prefill node's plan leaves free in the cache's tier (HBM, or DDR when `placement:`
+    puts the cache there): a disaggregated prefill node keeps them there until a decode node
+    takes them."""
     kv_tokens = cache_len if program.snapstream else rm.spec.seq_len
     per_socket = kv_tokens * summarize(rm.model).kv_bytes_per_token / rm.hardware.sockets
-    free = max(0.0, program.hbm.capacity - program.hbm.used)
+    tier = program.ddr if program.kv_tier == Tier.DDR else program.hbm
+    free = max(0.0, tier.capacity - tier.used)
     return int(free // per_socket) if per_socket > 0 else 0
 
 

@@ -42,8 +42,8 @@ MAX_STREAMS_IN_ARGS = 8  # names listed in a merged transfer slice's args
 DETAILED_EXECUTIONS = 1  # full trace: executions of each layer kind / extra drawn in detail
 
 _TID_STRIDE = 1000  # tids are unique across processes: pid * stride + local index
-_TID_LAYERS, _TID_KERNELS, _TID_HBM, _TID_P2P, _TID_FIRST_OP = 0, 1, 2, 3, 10
-_RESOURCE_TIDS = {"HBM": _TID_HBM, "P2P": _TID_P2P}
+_TID_LAYERS, _TID_KERNELS, _TID_HBM, _TID_P2P, _TID_DDR, _TID_FIRST_OP = 0, 1, 2, 3, 4, 10
+_RESOURCE_TIDS = {"HBM": _TID_HBM, "P2P": _TID_P2P, "DDR": _TID_DDR}
 
 
 def _extra(result: SimResult, role: ExtraRole, module: int | None = None) -> LayerResult | None:
@@ -96,6 +96,12 @@ class _Tracks:
             "HBM": base + _TID_HBM,
             "P2P": base + _TID_P2P,
         }
+
+    def resource(self, track: str) -> int:
+        """A channel's thread: HBM and P2P always, DDR from its first transfer on."""
+        if track not in self.fixed:
+            self.fixed[track] = self.pid * _TID_STRIDE + _RESOURCE_TIDS[track]
+        return self.fixed[track]
 
     def op(self, name: str) -> int:
         if name not in self.ops:
@@ -180,9 +186,9 @@ def _op_events(
 def _transfer_events(
     mine: list[Slice], t0: float, tracks: _Tracks, where: dict[str, Any], merge_gap_s: float
 ) -> list[dict[str, Any]]:
-    """HBM and P2P transfers, those closer than `merge_gap_s` merged into one slice."""
+    """HBM, DDR and P2P transfers, those closer than `merge_gap_s` merged into one slice."""
     events = []
-    for track in ("HBM", "P2P"):
+    for track in ("HBM", "DDR", "P2P"):
         for group in _merge((s for s in mine if s.track == track), merge_gap_s):
             held: dict[str, float] = defaultdict(float)
             for s in group:
@@ -196,7 +202,7 @@ def _transfer_events(
                     t0 + min(s.start for s in group),
                     t0 + max(s.end for s in group),
                     tracks.pid,
-                    tracks.fixed[track],
+                    tracks.resource(track),
                     {
                         **where,
                         "transfers": len(group),

@@ -38,6 +38,7 @@ from rdusim.spec.overrides import (
     parse_overrides,
     set_path,
 )
+from rdusim.spec.placement import PlacementSpec, check_placement
 from rdusim.spec.speculation import Drafter, Speculation
 from rdusim.spec.yamlio import (
     did_you_mean,
@@ -381,6 +382,7 @@ class MappingSpec(Strict):
     speculative: SpeculativeSpec | None = None
     moe: MoeSpec = Field(default_factory=MoeSpec)
     snapstream: SnapStreamSpec = Field(default_factory=SnapStreamSpec)
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
     kernels: Kernels = "auto"
     reference: str | None = Field(
         default=None,
@@ -628,6 +630,7 @@ def resolve_spec(
     _check_workload(spec, model, file, doc)
     check_layer_kinds(spec, model, file, doc)
     _check_moe(spec, model, file, doc)
+    check_placement(spec.placement, model, file, doc, has_draft=spec.speculative is not None)
     loads = _expert_loads(spec, model, here, file, doc)
     draft = _draft_model(spec, model, base, file, doc)
     return ResolvedMapping(spec, model, hardware, Source(file, doc), loads, draft)

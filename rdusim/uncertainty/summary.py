@@ -9,8 +9,10 @@ configuration choice the run fixes (its mapping, batch and kernels).
 
 **Drivers.** A headline time's elasticity to each calibrated parameter, d ln(time) /
 d ln(parameter) by a 5% step of the closed form: which unknown the number moves with; and from
-those, the time split by cost term (kernel calls, HBM streaming, compute, the links, and what
-none of them accounts for), see `split_by_term`.
+those, the time split by cost term (kernel calls, HBM streaming, DDR streaming, compute, the
+links, and what none of them accounts for), see `split_by_term`. DDR's bandwidth is a datasheet
+value, not calibrated: a run that streams from DDR also gets its elasticity to it
+(`DDR_BANDWIDTH`), so the DDR term is measured the same way.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from rdusim.uncertainty.pricing import AnchoredPricer
 
 QUANTILES = (5, 50, 95)
 ELASTICITY_STEP = 0.95  # each parameter scaled by this for its elasticity
+DDR_BANDWIDTH = "ddr_bandwidth"  # socket.ddr.bandwidth's elasticity, for runs that stream DDR
 
 
 def headline(result: SimResult) -> dict[str, float]:
@@ -70,6 +73,7 @@ class Term(StrEnum):
 
     CALLS = "calls"  # program load, argument load, barrier, host round trip
     HBM = "hbm"  # streaming weights, cache and activations at the achieved bandwidth
+    DDR = "ddr"  # streaming the weights and cache placed in DDR, at its peak bandwidth
     COMPUTE = "compute"  # arithmetic at the achieved rates
     LINKS = "links"  # collectives on the P2P links: transfers and each round's latency
     FILL_DRAIN = "fill_drain"  # what no single term's parameters scale
@@ -101,6 +105,7 @@ def split_by_term(
     share = {
         Term.CALLS: calls / total if total else 0.0,
         Term.HBM: -el("hbm_efficiency"),
+        Term.DDR: -el(DDR_BANDWIDTH),
         Term.COMPUTE: -(el("gemm_efficiency") + el("attention_efficiency") + el("simd_efficiency")),
         Term.LINKS: max(0.0, -el("p2p_bandwidth") + el("p2p_latency_s") - barrier),
     }
@@ -124,13 +129,23 @@ def elasticities(pricer: AnchoredPricer, hw: Hardware) -> dict[str, float]:
             continue
         moved = pricer.price(with_values(hw, {p.name: p.get(hw) * ELASTICITY_STEP}))
         out[p.name] = math.log(moved.total_latency_s / base) / math.log(ELASTICITY_STEP)
+    if pricer.point.traffic("ddr") > 0:
+        moved = pricer.price(_with_ddr_bandwidth(hw, hw.socket.ddr.bandwidth * ELASTICITY_STEP))
+        out[DDR_BANDWIDTH] = math.log(moved.total_latency_s / base) / math.log(ELASTICITY_STEP)
     return out
+
+
+def _with_ddr_bandwidth(hw: Hardware, bandwidth: float) -> Hardware:
+    """A copy of `hw` whose sockets' DDR streams at `bandwidth`."""
+    ddr = hw.socket.ddr.model_copy(update={"bandwidth": bandwidth})
+    return hw.model_copy(update={"socket": hw.socket.model_copy(update={"ddr": ddr})})
 
 
 # the parameters behind each term, for "what does this rest on"
 TERM_PARAMETERS: dict[Term, tuple[str, ...]] = {
     Term.CALLS: ("host_round_trip_s", "config_bandwidth", "argument_load_s", "p2p_latency_s"),
     Term.HBM: ("hbm_efficiency",),
+    Term.DDR: (DDR_BANDWIDTH,),
     Term.COMPUTE: ("gemm_efficiency", "attention_efficiency", "simd_efficiency"),
     Term.LINKS: ("p2p_bandwidth", "p2p_latency_s"),
     Term.FILL_DRAIN: (),

@@ -532,6 +532,7 @@ def test_settable_paths_are_the_fields_of_the_mapping_and_its_sections():
         SpeculativeSpec,
         settable_paths,
     )
+    from rdusim.spec.placement import PlacementSpec
 
     paths = set(settable_paths())
     sections = {
@@ -540,6 +541,7 @@ def test_settable_paths_are_the_fields_of_the_mapping_and_its_sections():
         "moe": MoeSpec,
         "moe.routing": RoutingSpec,
         "snapstream": SnapStreamSpec,
+        "placement": PlacementSpec,
     }
     expected = set(MappingSpec.model_fields)
     for prefix, model in sections.items():
