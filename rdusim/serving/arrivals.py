@@ -37,6 +37,7 @@ class Request:
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
+    model: int = 0  # which of the workload's models it asks for (an index into `models:`)
 
 
 @dataclass(frozen=True)
