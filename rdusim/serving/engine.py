@@ -211,6 +211,7 @@ class EngineResult:
     switches: list[SwitchRun] = field(default_factory=list)
     # per model: its prefill graphs' times, by length (those the run used)
     model_prefill_s: list[dict[int, float]] = field(default_factory=list)
+    static_step_s: list[float] = field(default_factory=list)  # per model: its graph's step
 
     def batch_model(self, batch: int) -> int:
         """The model of a decode batch (the batches are numbered node by node, a model each)."""
@@ -345,6 +346,7 @@ class ModelTurns:
             used += models[m].hbm_bytes
         self.turn = self.count - 1  # the model served last: the first turn is model 0's
         self.draining: frozenset[int] = frozenset()
+        self.claim = -1  # the waiting model the draining ones make room for (-1: none)
 
     def _busy(self, m: int) -> bool:
         return self.engine.batches[self.node][m].active > 0
@@ -392,7 +394,12 @@ class ModelTurns:
 
     def _update_draining(self) -> None:
         """The models that stop admitting prompts so that the longest-waiting model that cannot
-        be switched in yet will fit once they drain."""
+        be switched in yet will fit once they drain. The choice holds until that model is
+        switched in (victims chosen afresh at every decision would take turns draining, and
+        none would empty)."""
+        if self.claim >= 0 and not self.resident[self.claim]:
+            return
+        self.claim = -1
         queues = self.engine.queues
         blocked = [
             m
@@ -403,6 +410,7 @@ class ModelTurns:
             self.draining = frozenset()
             return
         first = min(blocked, key=lambda m: (queues[m][0].arrival_s, queues[m][0].id))
+        self.claim = first
         self.draining = frozenset(self.victims(first, idle_only=False) or ())
 
     def switch_in(self, m: int) -> tuple[int, ...]:
@@ -695,6 +703,7 @@ class Engine:
             models=self.models,
             switches=self.switches,
             model_prefill_s=[dict(p) for p in self.prefill_s],
+            static_step_s=list(self.static_step_s),
         )
 
 

@@ -35,6 +35,7 @@ from typing import Protocol
 from rdusim.compiler.capacity import does_not_fit, max_batch
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
+from rdusim.compiler.residency import hbm_capacity, model_weights, switch_bandwidth, switch_seconds
 from rdusim.errors import SpecError
 from rdusim.ir.model import summarize
 from rdusim.sim.model import SimResult, simulate
@@ -148,6 +149,11 @@ class GraphFacts:
     p2p_latency_s: float
     prefill_hold: int  # finished caches a prefill node can hold beside its plan (disaggregated)
     min_cache_len: int  # the shortest cache the decode mapping compiles (SnapStream: sink + 1)
+    model: str = ""  # the model's name
+    hardware: str = ""  # the decode node's hardware
+    hbm_bytes: float = 0.0  # the decode plan per socket: weights, the slots' caches, workspace
+    hbm_capacity: float = 0.0  # usable HBM per socket (what the plans are checked against)
+    load_s: float = 0.0  # loading the weights' shard from DDR into HBM (a switch to the model)
 
 
 @dataclass
@@ -157,6 +163,8 @@ class SimulatedStepTimes:
     prefill: str
     decode: str
     overrides: tuple[str, ...]
+    prefill_overrides: tuple[str, ...] = ()  # applied to the prefill mapping only, after
+    decode_overrides: tuple[str, ...] = ()  # applied to the decode mapping only, after
     facts: GraphFacts = field(init=False)
     _prefill: dict[int, float] = field(default_factory=dict, init=False)
     _decode: dict[tuple[int, int], float] = field(default_factory=dict, init=False)
@@ -166,8 +174,8 @@ class SimulatedStepTimes:
     hardware: dict[str, Hardware] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        decode_rm = load_mapping(self.decode, list(self.overrides))
-        prefill_rm = load_mapping(self.prefill, list(self.overrides))
+        decode_rm = load_mapping(self.decode, self._decode_overrides())
+        prefill_rm = load_mapping(self.prefill, self._prefill_overrides())
         _check_phase(prefill_rm, "prefill", "--prefill")
         _check_phase(decode_rm, "decode", "--decode")
         decode_prog = _decode_program(decode_rm)
@@ -189,6 +197,13 @@ class SimulatedStepTimes:
             p2p_latency_s=hw.links.p2p_latency_s,
             prefill_hold=_prefill_hold(prefill_rm, prefill_prog, decode_prog.kv_len),
             min_cache_len=ss.sink + 1 if decode_prog.snapstream else 1,
+            model=decode_rm.model.name,
+            hardware=hw.name,
+            hbm_bytes=decode_prog.hbm.used,
+            hbm_capacity=hbm_capacity(hw),
+            load_s=switch_seconds(
+                model_weights(decode_rm.model, hw.sockets), None, hw.sockets, switch_bandwidth(hw)
+            ),
         )
         _check_pair(prefill_rm, prefill_prog, decode_rm, decode_prog)
         self.main["decode"] = simulate(decode_prog, hw)
@@ -226,10 +241,18 @@ class SimulatedStepTimes:
         """A decode step simulated at exactly (slots, cache_len), kept for later."""
         key = (slots, cache_len)
         if key not in self._decode:
-            rm = load_mapping(self.decode, [*self.overrides, *self._cache_override(cache_len)])
+            rm = load_mapping(
+                self.decode, [*self._decode_overrides(), *self._cache_override(cache_len)]
+            )
             prog = compile_mapping(rm, batch=slots)
             self._decode[key] = simulate(prog, rm.hardware).total_latency_s
         return self._decode[key]
+
+    def _prefill_overrides(self) -> list[str]:
+        return [*self.overrides, *self.prefill_overrides]
+
+    def _decode_overrides(self) -> list[str]:
+        return [*self.overrides, *self.decode_overrides]
 
     def _cache_override(self, cache_len: int) -> list[str]:
         """The `--set` that compiles the decode graph with `cache_len` cached positions."""
@@ -243,7 +266,7 @@ class SimulatedStepTimes:
         extra = [f"seq_len={graph_len}"]
         if self.facts.snapstream:
             extra.append(f"snapstream.kv_len={min(self.facts.cache_len, graph_len)}")
-        rm = load_mapping(self.prefill, [*self.overrides, *extra])
+        rm = load_mapping(self.prefill, [*self._prefill_overrides(), *extra])
         prog = _fitting(rm, compile_mapping(rm))
         return simulate(prog, rm.hardware).total_latency_s
 
@@ -316,15 +339,33 @@ def _check_pair(
 
 
 @lru_cache(maxsize=32)
-def _cached(prefill: str, decode: str, overrides: tuple[str, ...]) -> SimulatedStepTimes:
-    return SimulatedStepTimes(prefill, decode, overrides)
+def _cached(
+    prefill: str,
+    decode: str,
+    overrides: tuple[str, ...],
+    prefill_overrides: tuple[str, ...],
+    decode_overrides: tuple[str, ...],
+) -> SimulatedStepTimes:
+    return SimulatedStepTimes(prefill, decode, overrides, prefill_overrides, decode_overrides)
 
 
 def simulated_step_times(
-    prefill: str, decode: str, overrides: Sequence[str] = ()
+    prefill: str,
+    decode: str,
+    overrides: Sequence[str] = (),
+    prefill_overrides: Sequence[str] = (),
+    decode_overrides: Sequence[str] = (),
 ) -> SimulatedStepTimes:
-    """The step times of a mapping pair under `overrides`, simulated once per process."""
-    return _cached(resolve_mapping(prefill), resolve_mapping(decode), tuple(overrides))
+    """The step times of a mapping pair under `overrides` (then `prefill_overrides` on the
+    prefill mapping alone and `decode_overrides` on the decode one), simulated once per
+    process."""
+    return _cached(
+        resolve_mapping(prefill),
+        resolve_mapping(decode),
+        tuple(overrides),
+        tuple(prefill_overrides),
+        tuple(decode_overrides),
+    )
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,16 @@ def register(sub: Subparsers) -> None:
         description="A request-level discrete-event simulation of continuous batching on static "
         "graphs; graph times come from simulating the two mappings.",
     )
-    s.add_argument("--prefill", required=True, metavar="MAPPING", help=f"prefill: {MAPPING_HELP}")
-    s.add_argument("--decode", required=True, metavar="MAPPING", help=f"decode: {MAPPING_HELP}")
+    s.add_argument(
+        "--prefill",
+        metavar="MAPPING",
+        help=f"prefill: {MAPPING_HELP} (not with a workload that lists its models:)",
+    )
+    s.add_argument(
+        "--decode",
+        metavar="MAPPING",
+        help=f"decode: {MAPPING_HELP} (not with a workload that lists its models:)",
+    )
     s.add_argument(
         "--workload",
         required=True,
@@ -158,14 +166,21 @@ def _check_points(
 ) -> int:
     """Load both mappings at every distinct `--set` combination, and draw the requests at every
     rate, before simulating anything; the number of requests all the runs serve."""
+    from rdusim.serving.models import served_models
     from rdusim.serving.serve import workload_requests
     from rdusim.spec.mapping import load_mapping
 
+    served = served_models(workload, args.prefill, args.decode)
     for sets in dict.fromkeys(p.sets for p in points):
         overrides = [f"{k}={v}" for k, v in sets]
-        for mapping in (args.prefill, args.decode):
+        pairs = [
+            (mapping, [*m.overrides, *overrides, *extra])
+            for m in served
+            for mapping, extra in ((m.prefill, m.prefill_overrides), (m.decode, m.decode_overrides))
+        ]
+        for mapping, applied in pairs:
             try:
-                load_mapping(mapping, overrides)
+                load_mapping(mapping, applied)
             except RdusimError as exc:
                 if not sets or not isinstance(exc, SpecError):
                     raise
