@@ -58,7 +58,7 @@ def test_text_report(run_cli, workload: Path) -> None:
     code, out, err = serve(run_cli, workload)
     assert code == 0, err
     assert "serving cli: 40 requests, 40 completed" in out
-    assert "prefill graph(s): 16384 tokens" in out
+    assert "prefill graph(s) run: 16384" in out
 
 
 def test_json_has_the_issue_keys_and_is_reproducible(run_cli, workload: Path) -> None:
