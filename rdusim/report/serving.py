@@ -42,6 +42,7 @@ LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end to end"))
 REQUEST_COLUMNS = (
     "point",
     "id",
+    "model",
     "arrival_s",
     "prompt_tokens",
     "output_tokens",
@@ -276,8 +277,11 @@ def _left_out(show: Sequence[int], width: int) -> list[str]:
     return [wrap_text(text, width)]
 
 
-def requests_csv(runs: Sequence[tuple[int, Sequence[Any]]]) -> str:
-    """Every request of every run: (point index, records) pairs, one row per request."""
+def requests_csv(
+    runs: Sequence[tuple[int, Sequence[Any]]], names: Sequence[Sequence[str]] = ()
+) -> str:
+    """Every request of every run: (point index, records) pairs, one row per request; `names`,
+    each run's model names, name each request's model (else its index)."""
 
     def value(v: Any) -> Any:
         return None if isinstance(v, float) and not math.isfinite(v) else v
@@ -286,6 +290,8 @@ def requests_csv(runs: Sequence[tuple[int, Sequence[Any]]]) -> str:
     for point, records in runs:
         for r in records:
             row = {c: value(getattr(r, c)) for c in REQUEST_COLUMNS[1:] if hasattr(r, c)}
+            if names:
+                row["model"] = names[point][r.model]
             rows.append(
                 row
                 | {"point": point, "ttft_s": value(r.ttft_s), "tpot_s": r.tpot_s, "e2e_s": r.e2e_s}

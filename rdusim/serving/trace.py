@@ -11,6 +11,10 @@ up: a process per node, and on it
 * `slot N`: one slice per request that held the slot, from its reservation (prefill start on a
   colocated node, transfer start on a decode node) to its last token. A slot never shows two
   overlapping slices.
+
+With several models each graph slice names its model, each model's slots have tracks of their
+own (`<model> slot N`), and a `model switch` track shows each switch (the model loaded, the ones
+evicted).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from rdusim.serving.engine import EngineResult, RequestRecord
 from rdusim.sim.trace_events import complete, process, thread, trace
 from rdusim.spec.workload import DeploymentMode
 
-_TID_PREFILL, _TID_DECODE, _TID_LINK, _TID_FIRST_SLOT = 0, 1, 2, 10
+_TID_PREFILL, _TID_DECODE, _TID_LINK, _TID_SWITCH, _TID_FIRST_SLOT = 0, 1, 2, 3, 10
 _DECODE_PID_BASE = 1000  # disaggregated decode nodes come after the prefill nodes
 
 
@@ -55,18 +59,31 @@ def serving_trace(result: EngineResult) -> dict[str, Any]:
             meta.extend(thread(pid, tid, label, tid))
         return pid, tid
 
+    names = [g.name for g in result.models] if len(result.models) > 1 else [""]
+
+    def of(model: int) -> str:
+        return f"{names[model]} " if names[model] else ""
+
     events: list[dict[str, Any]] = []
     for run in result.prefills:
         pid, tid = track(prefill_pid(run.node), _TID_PREFILL, "prefill graph")
         args = {"graph_len": run.graph_len, "requests": list(run.requests)}
-        events.append(
-            complete(f"prefill {run.graph_len}", "prefill", run.start_s, run.end_s, pid, tid, args)
-        )
+        name = f"{of(run.model)}prefill {run.graph_len}"
+        events.append(complete(name, "prefill", run.start_s, run.end_s, pid, tid, args))
     for drun in result.decode_runs:
         pid, tid = track(decode_pid(drun.node), _TID_DECODE, "decode graph")
-        name = f"decode x{drun.steps}" if drun.steps > 1 else "decode"
+        name = f"{of(drun.model)}decode" + (f" x{drun.steps}" if drun.steps > 1 else "")
         args = {"steps": drun.steps}
         events.append(complete(name, "decode", drun.start_s, drun.end_s, pid, tid, args))
+    for sw in result.switches:
+        pid, tid = track(decode_pid(sw.node), _TID_SWITCH, "model switch")
+        args = {"model": names[sw.model], "evicted": [names[e] for e in sw.evicted]}
+        name = f"load {names[sw.model]}"
+        events.append(complete(name, "switch", sw.start_s, sw.end_s, pid, tid, args))
+    slot_base = [
+        _TID_FIRST_SLOT + sum(g.shape.decode_slots for g in result.models[:m])
+        for m in range(len(names))
+    ]
     for rec in result.records:
         if rec.slot < 0:
             continue
@@ -84,7 +101,7 @@ def serving_trace(result: EngineResult) -> dict[str, Any]:
                     {"request": rec.id},
                 )
             )
-        _, tid = track(pid, _TID_FIRST_SLOT + rec.slot, f"slot {rec.slot}")
+        _, tid = track(pid, slot_base[rec.model] + rec.slot, f"{of(rec.model)}slot {rec.slot}")
         events.append(
             complete(
                 f"req {rec.id}",

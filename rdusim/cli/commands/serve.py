@@ -234,7 +234,8 @@ def _files(
     }
     files[outputs["--out serve.json"]] = dumps(document)
     files[outputs["--out requests.csv"]] = requests_csv(
-        [(i, r.result.records) for i, r in enumerate(runs)]
+        [(i, r.result.records) for i, r in enumerate(runs)],
+        [list(r.metrics["per_model"]) for r in runs],
     )
     for name, fig in figures.items():
         files[outputs[f"--out {name}"]] = figure_bytes(fig, "png")
