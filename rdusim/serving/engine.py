@@ -101,6 +101,7 @@ class EngineConfig:
     scheduler: Policy | None = None  # colocated: a policy object in place of `policy`
     hbm_budget: float = math.inf  # many models: bytes per socket the resident models share
     pinned: tuple[int, ...] = ()  # many models: models always resident (indices)
+    prefill_chunk: int | None = None  # colocated: tokens of the static chunk graph
 
     def colocated_policy(self) -> Policy:
         """The policy colocated nodes choose by: `scheduler` if given, else the one `policy`
@@ -169,6 +170,7 @@ class PrefillRun:
     graph_len: int
     requests: tuple[int, ...]
     model: int = 0
+    chunk: int = -1  # chunked prefill: which chunk of the prompts (-1: whole prompts)
 
 
 @dataclass
@@ -212,6 +214,7 @@ class EngineResult:
     # per model: its prefill graphs' times, by length (those the run used)
     model_prefill_s: list[dict[int, float]] = field(default_factory=list)
     static_step_s: list[float] = field(default_factory=list)  # per model: its graph's step
+    model_chunk_s: list[dict[int, float]] = field(default_factory=list)  # per model, by chunk
 
     def batch_model(self, batch: int) -> int:
         """The model of a decode batch (the batches are numbered node by node, a model each)."""
@@ -447,6 +450,7 @@ class Engine:
             for r in sorted(requests, key=lambda r: (r.arrival_s, r.id))
         ]
         self.prefill_s: list[dict[int, float]] = [{} for _ in models]  # filled on first use
+        self.chunk_s: list[dict[int, float]] = [{} for _ in models]  # by chunk index
         self.static_step_s = [
             g.times.decode_step_s(g.shape.decode_slots, g.shape.cache_len) for g in models
         ]
@@ -551,16 +555,17 @@ class Engine:
             )
             decision = policy.choose(state)
             if isinstance(decision, Prefill):
-                check_prefill(decision, state)
+                chunk = self.config.prefill_chunk
+                check_prefill(decision, state, chunk)
                 group = self._take_chosen(decision.requests, m)
-                yield from self._colocated_prefill(batch, group)
+                whole = decision.chunk_tokens or chunk or 0
+                if chunk is not None and any(r.prompt_tokens > whole for r in group):
+                    yield from self._chunked_prefill(batch, group, chunk)
+                else:
+                    yield from self._colocated_prefill(batch, group)
                 since[m] = 0
             elif isinstance(decision, Decode):
-                start = env.now
-                yield env.timeout(batch.step_s())
-                for rec in batch.step(start, env.now):
-                    batch.release(rec.slot)
-                    self._complete(rec)
+                yield from self._decode_step(batch)
                 since[m] += 1
             elif isinstance(decision, Wait):
                 yield self.arrived.wait()
@@ -568,6 +573,55 @@ class Engine:
                 raise TypeError(f"a policy chose {decision!r}, not a Prefill, Decode or Wait")
             last[m] = decision.action
             turns.last_used[m] = env.now
+
+    def _decode_step(self, batch: DecodeBatch) -> Process:
+        """One step of `batch`; the requests it completes free their slots."""
+        start = self.env.now
+        yield self.env.timeout(batch.step_s())
+        for rec in batch.step(start, self.env.now):
+            batch.release(rec.slot)
+            self._complete(rec)
+
+    def _chunk_s(self, model: int, index: int, tokens: int) -> float:
+        known = self.chunk_s[model]
+        if index not in known:
+            known[index] = self.models[model].times.chunk_s(index, tokens)
+        return known[index]
+
+    def _chunked_prefill(
+        self, batch: DecodeBatch, group: list[RequestRecord], tokens: int
+    ) -> Process:
+        """Prefill `group` in chunks of `tokens`, one execution of the chunk graph (every
+        request's next chunk) and then one decode step of the running batch, until every
+        prompt is in; a request joins the batch when its last chunk is done."""
+        env, node, m = self.env, batch.node, batch.model
+        chunks = [math.ceil(r.prompt_tokens / tokens) for r in group]
+        for rec, count in zip(group, chunks, strict=True):
+            rec.decode_node, rec.slot, rec.slot_from_s = node, batch.reserve(), env.now
+            rec.prefill_node, rec.prefill_start_s = node, env.now
+            rec.graph_len = count * tokens
+        for k in range(max(chunks)):
+            start = env.now
+            yield env.timeout(self._chunk_s(m, k, tokens))
+            ids = tuple(r.id for r, c in zip(group, chunks, strict=True) if c > k)
+            self.prefills.append(PrefillRun(node, start, env.now, tokens, ids, m, k))
+            for rec, count in zip(group, chunks, strict=True):
+                if count == k + 1:
+                    self._first_token(batch, rec)
+            batch.admit(env.now)
+            if k + 1 < max(chunks) and batch.active:
+                yield from self._decode_step(batch)
+
+    def _first_token(self, batch: DecodeBatch, rec: RequestRecord) -> None:
+        """A request's prefill is done: its first token leaves, and it completes (one token)
+        or joins the batch at the next step."""
+        rec.first_token_s = self.env.now
+        if rec.output_tokens <= 1:
+            rec.last_token_s = self.env.now
+            batch.release(rec.slot)
+            self._complete(rec)
+        else:
+            batch.pending.append(rec)
 
     def _switch(self, turns: ModelTurns, m: int) -> Process:
         """Load model `m`'s weights into the node's HBM in place of idle models; the node runs
@@ -597,12 +651,7 @@ class Engine:
             rec.decode_node, rec.slot, rec.slot_from_s = node, batch.reserve(), env.now
         yield from self._prefill(node, group, batch.model)
         for rec in group:
-            if rec.output_tokens <= 1:
-                rec.last_token_s = env.now
-                batch.release(rec.slot)
-                self._complete(rec)
-            else:
-                batch.pending.append(rec)
+            self._first_token(batch, rec)
         batch.admit(env.now)
 
     # --- disaggregated ----------------------------------------------------------------------
@@ -704,6 +753,7 @@ class Engine:
             switches=self.switches,
             model_prefill_s=[dict(p) for p in self.prefill_s],
             static_step_s=list(self.static_step_s),
+            model_chunk_s=[dict(c) for c in self.chunk_s],
         )
 
 

@@ -219,14 +219,23 @@ def _tokens_per_step(result: EngineResult, rec: RequestRecord) -> float:
 
 def prefill_graphs(result: EngineResult, model: int | None = None) -> list[dict[str, Any]]:
     """The prefill graphs the run executed (all models', or one's): the model, its prompt
-    length, one execution's time and how many executions."""
-    uses: dict[tuple[int, int], int] = {}
+    length (a chunk graph's chunk), which chunk (null for a whole-prompt graph), one
+    execution's time and how many executions."""
+    uses: dict[tuple[int, int, int], int] = {}
     for run in result.prefills:
         if model is None or run.model == model:
-            uses[run.model, run.graph_len] = uses.get((run.model, run.graph_len), 0) + 1
+            key = (run.model, run.chunk, run.graph_len)
+            uses[key] = uses.get(key, 0) + 1
     names = model_names(result)
     times = result.model_prefill_s or [result.prefill_s]
+    chunks = result.model_chunk_s or [{}]
     return [
-        {"model": names[m], "tokens": n, "time_s": rounded(times[m][n]), "uses": count}
-        for (m, n), count in sorted(uses.items())
+        {
+            "model": names[m],
+            "tokens": n,
+            "chunk": k if k >= 0 else None,
+            "time_s": rounded(chunks[m][k] if k >= 0 else times[m][n]),
+            "uses": count,
+        }
+        for (m, k, n), count in sorted(uses.items())
     ]

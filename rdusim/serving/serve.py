@@ -95,6 +95,7 @@ def engine_config(deployment: DeploymentSpec, facts: GraphFacts | None = None) -
         prefill_nodes=deployment.prefill_nodes or 1,
         decode_nodes=deployment.decode_nodes or 1,
         step_cost=deployment.decode_step,
+        prefill_chunk=deployment.prefill_chunk,
     )
     if bandwidth is not None:
         base = replace(base, link_bandwidth=bandwidth)
@@ -152,6 +153,37 @@ def _prefetch(
             raise _bucket_error(workload, key, length, exc) from None
     if workload.spec.deployment.decode_step == DecodeStepCost.OCCUPIED:
         times.grid()
+    chunk = workload.spec.deployment.prefill_chunk
+    if chunk is not None:
+        check_chunk(times.facts, chunk, workload)
+        longest = max(r.prompt_tokens for r in requests)
+        for k in range(math.ceil(longest / chunk) if longest > chunk else 0):
+            times.chunk_s(k, chunk)
+
+
+def check_chunk(facts: GraphFacts, chunk: int, workload: ResolvedWorkload) -> None:
+    """A chunk graph must tile the prefill graph's static cache, and chunks cannot carry
+    SnapStream's compression (it runs once, on the whole prompt, at the end of its prefill)."""
+    key = ("deployment", "prefill_chunk")
+    if facts.snapstream:
+        raise workload.error(
+            f"{facts.model}'s mappings run SnapStream, which compresses a prompt's whole cache "
+            "at the end of its prefill graph; a chunked prefill of it is not modelled",
+            key,
+            "drop prefill_chunk, or --set snapstream.enabled=false",
+        )
+    if facts.prefill_len % chunk:
+        raise workload.error(
+            f"a chunk of {chunk} tokens does not divide the prefill graph's {facts.prefill_len} "
+            "tokens (the chunks tile its static cache)",
+            key,
+            f"use a divisor of {facts.prefill_len}, e.g. {_divisor_near(facts.prefill_len, chunk)}",
+        )
+
+
+def _divisor_near(n: int, target: int) -> int:
+    """The divisor of `n` nearest `target` (the smaller on a tie)."""
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), d))
 
 
 def _bucket_error(

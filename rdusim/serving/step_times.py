@@ -27,7 +27,7 @@ sweep over arrival rates simulates each graph once.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
@@ -58,6 +58,22 @@ class StepTimes(Protocol):
         """One decode step of `slots` sequences over caches of `cache_len` positions."""
         ...
 
+    def chunk_s(self, index: int, chunk_tokens: int) -> float:
+        """One execution of the chunk graph on chunk `index` (from 0) of a prompt cut into
+        chunks of `chunk_tokens`: what the chunk adds to the prompt's prefill (its tokens'
+        work, attention over the chunks before it included) plus one execution's kernel calls
+        (`chunk_time`)."""
+        ...
+
+
+def chunk_time(work_s: Callable[[int], float], calls_s: float, index: int, tokens: int) -> float:
+    """Chunk `index` of `tokens`-token chunks: W((index + 1) x tokens) - W(index x tokens) +
+    `calls_s`, where W(L) is a prefill graph of L tokens without its kernel calls (W(0) = 0),
+    never below the calls alone. A prompt's chunks add up to the prefill of its length rounded
+    up to whole chunks, plus one set of kernel calls per chunk."""
+    before = work_s(index * tokens) if index > 0 else 0.0
+    return calls_s + max(0.0, work_s((index + 1) * tokens) - before)
+
 
 @dataclass(frozen=True)
 class LinearStepTimes:
@@ -77,6 +93,12 @@ class LinearStepTimes:
     def decode_step_s(self, slots: int, cache_len: int) -> float:
         per_slot = self.decode_per_slot_s + self.decode_per_token_s * cache_len
         return self.decode_base_s + per_slot * slots
+
+    def chunk_s(self, index: int, chunk_tokens: int) -> float:
+        """`prefill_base_s` (the calls) + `prefill_per_token_s` per chunk token."""
+        return chunk_time(
+            lambda n: self.prefill_per_token_s * n, self.prefill_base_s, index, chunk_tokens
+        )
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,7 @@ class SimulatedStepTimes:
     decode_overrides: tuple[str, ...] = ()  # applied to the decode mapping only, after
     facts: GraphFacts = field(init=False)
     _prefill: dict[int, float] = field(default_factory=dict, init=False)
+    _prefill_calls: dict[int, float] = field(default_factory=dict, init=False)
     _decode: dict[tuple[int, int], float] = field(default_factory=dict, init=False)
     _grid: DecodeGrid | None = field(default=None, init=False)
     # the two graphs at their compiled shapes, simulated: what the calibration ensemble re-prices
@@ -211,13 +234,23 @@ class SimulatedStepTimes:
         self.hardware = {"decode": hw, "prefill": prefill_rm.hardware}
         self._decode[(wl.batch, decode_prog.kv_len)] = self.main["decode"].total_latency_s
         self._prefill[prefill_rm.spec.seq_len] = self.main["prefill"].total_latency_s
+        self._prefill_calls[prefill_rm.spec.seq_len] = self.main["prefill"].kernel_call_time_s
 
     # --- the StepTimes protocol ------------------------------------------------------------
 
     def prefill_s(self, graph_len: int) -> float:
         if graph_len not in self._prefill:
-            self._prefill[graph_len] = self._simulate_prefill(graph_len)
+            result = self._simulate_prefill(graph_len)
+            self._prefill[graph_len] = result.total_latency_s
+            self._prefill_calls[graph_len] = result.kernel_call_time_s
         return self._prefill[graph_len]
+
+    def chunk_s(self, index: int, chunk_tokens: int) -> float:
+        def work(n: int) -> float:
+            return self.prefill_s(n) - self._prefill_calls[n]
+
+        self.prefill_s(chunk_tokens)
+        return chunk_time(work, self._prefill_calls[chunk_tokens], index, chunk_tokens)
 
     def decode_step_s(self, slots: int, cache_len: int) -> float:
         key = (slots, cache_len)
@@ -260,7 +293,7 @@ class SimulatedStepTimes:
             return [f"snapstream.kv_len={cache_len}"]
         return [f"seq_len={cache_len}"]
 
-    def _simulate_prefill(self, graph_len: int) -> float:
+    def _simulate_prefill(self, graph_len: int) -> SimResult:
         """The prefill graph compiled for `graph_len`-token prompts; with SnapStream its
         compressed cache keeps the decode graph's length (or the whole prompt, if shorter)."""
         extra = [f"seq_len={graph_len}"]
@@ -268,7 +301,7 @@ class SimulatedStepTimes:
             extra.append(f"snapstream.kv_len={min(self.facts.cache_len, graph_len)}")
         rm = load_mapping(self.prefill, [*self._prefill_overrides(), *extra])
         prog = _fitting(rm, compile_mapping(rm))
-        return simulate(prog, rm.hardware).total_latency_s
+        return simulate(prog, rm.hardware)
 
 
 def _check_phase(rm: ResolvedMapping, phase: str, option: str) -> None:
@@ -383,3 +416,6 @@ class ScaledStepTimes:
 
     def decode_step_s(self, slots: int, cache_len: int) -> float:
         return self.base.decode_step_s(slots, cache_len) * self.decode_scale
+
+    def chunk_s(self, index: int, chunk_tokens: int) -> float:
+        return self.base.chunk_s(index, chunk_tokens) * self.prefill_scale

@@ -68,7 +68,8 @@ def serving_trace(result: EngineResult) -> dict[str, Any]:
     for run in result.prefills:
         pid, tid = track(prefill_pid(run.node), _TID_PREFILL, "prefill graph")
         args = {"graph_len": run.graph_len, "requests": list(run.requests)}
-        name = f"{of(run.model)}prefill {run.graph_len}"
+        what = f"chunk {run.chunk}" if run.chunk >= 0 else str(run.graph_len)
+        name = f"{of(run.model)}prefill {what}"
         events.append(complete(name, "prefill", run.start_s, run.end_s, pid, tid, args))
     for drun in result.decode_runs:
         pid, tid = track(decode_pid(drun.node), _TID_DECODE, "decode graph")

@@ -209,7 +209,7 @@ class BucketScheme(StrEnum):
 
 # The deployment fields that belong to one mode only.
 MODE_FIELDS: dict[DeploymentMode, tuple[str, ...]] = {
-    DeploymentMode.COLOCATED: ("nodes", "policy", "decode_steps_per_prefill"),
+    DeploymentMode.COLOCATED: ("nodes", "policy", "decode_steps_per_prefill", "prefill_chunk"),
     DeploymentMode.DISAGGREGATED: ("prefill_nodes", "decode_nodes", "kv_link"),
 }
 DEFAULT_DECODE_STEPS_PER_PREFILL = 4
@@ -236,6 +236,11 @@ class DeploymentSpec(Strict):
         "always one), or powers-of-two (the default) or padded (the seq_len graph alone)",
     )
     decode_step: DecodeStepCost = DecodeStepCost.STATIC
+    prefill_chunk: Tokens | None = Field(
+        default=None,
+        description="colocated: prompt tokens of the static chunk graph a prefill runs in, one "
+        "chunk between two decode steps",
+    )
 
     @model_validator(mode="after")
     def _fields_of(self) -> DeploymentSpec:
