@@ -358,6 +358,10 @@ class ModelTurns:
         """Requests in flight, or waiting ones it may admit (a draining model admits none)."""
         return self._busy(m) or (len(self.engine.queues[m]) > 0 and m not in self.draining)
 
+    def with_work(self) -> set[int]:
+        """The models with requests in flight or waiting ones they may admit."""
+        return {m for m in range(self.count) if self._has_work(m)}
+
     def _room(self) -> float:
         used = sum(self.engine.models[m].hbm_bytes for m in range(self.count) if self.resident[m])
         return self.engine.config.hbm_budget - used
@@ -535,6 +539,7 @@ class Engine:
         turns = ModelTurns(self, node)
         last = [Action.WAIT] * len(self.models)
         since = [0] * len(self.models)
+        waited: set[int] = set()  # models whose policy chose to wait since the node last ran
         while True:
             m = turns.next()
             if m is None:
@@ -567,8 +572,13 @@ class Engine:
             elif isinstance(decision, Decode):
                 yield from self._decode_step(batch)
                 since[m] += 1
+            if not isinstance(decision, Wait):
+                waited.clear()
             elif isinstance(decision, Wait):
-                yield self.arrived.wait()
+                waited.add(m)
+                if waited >= turns.with_work():  # nothing to run on any model: wait
+                    waited.clear()
+                    yield self.arrived.wait()
             else:
                 raise TypeError(f"a policy chose {decision!r}, not a Prefill, Decode or Wait")
             last[m] = decision.action
