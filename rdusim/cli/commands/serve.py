@@ -174,18 +174,23 @@ def _check_points(
     for sets in dict.fromkeys(p.sets for p in points):
         overrides = [f"{k}={v}" for k, v in sets]
         pairs = [
-            (mapping, [*m.overrides, *overrides, *extra])
+            (m.name, phase, mapping, [*m.overrides, *overrides, *extra])
             for m in served
-            for mapping, extra in ((m.prefill, m.prefill_overrides), (m.decode, m.decode_overrides))
+            for phase, mapping, extra in (
+                ("prefill", m.prefill, m.prefill_overrides),
+                ("decode", m.decode, m.decode_overrides),
+            )
         ]
-        for mapping, applied in pairs:
+        for name, phase, mapping, applied in pairs:
             try:
                 load_mapping(mapping, applied)
             except RdusimError as exc:
-                if not sets or not isinstance(exc, SpecError):
+                if not (sets or name) or not isinstance(exc, SpecError):
                     raise
+                where = f"{name}'s {phase} mapping" if name else ""
+                given = f"with --set {' '.join(overrides)}" if sets else ""
                 raise SpecError(
-                    f"with --set {' '.join(overrides)}: {exc.problem}",
+                    f"{', '.join(x for x in (where, given) if x)}: {exc.problem}",
                     file=exc.file,
                     key=exc.key,
                     line=exc.line,
