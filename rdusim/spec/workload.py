@@ -9,6 +9,10 @@ prompt_tokens: {dist: fixed, value: 130048}     # fixed | uniform | lognormal (a
 output_tokens: {dist: fixed, value: 1024}
 slo: {ttft_s: 30, tpot_s: 0.2}
 deployment: {mode: colocated}                   # or {mode: disaggregated, prefill_nodes: 4, decode_nodes: 1}
+models:                                         # optional: several models on colocated nodes
+  - {name: router, model: llama-3.2-3b, share: 3}   # default mappings (rdusim.serving.models)
+  - {prefill: llama31_8b_prefill, decode: llama31_8b_decode, decode_batch: 32}
+residency: {pinned: [router]}                   # optional: HBM budget per socket, pinned models
 ```
 
 Validated like every spec (`rdusim.spec.yamlio`): an unknown key anywhere is an error with the
