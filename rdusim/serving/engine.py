@@ -572,8 +572,6 @@ class Engine:
             elif isinstance(decision, Decode):
                 yield from self._decode_step(batch)
                 since[m] += 1
-            if not isinstance(decision, Wait):
-                waited.clear()
             elif isinstance(decision, Wait):
                 waited.add(m)
                 if waited >= turns.with_work():  # nothing to run on any model: wait
@@ -581,6 +579,8 @@ class Engine:
                     yield self.arrived.wait()
             else:
                 raise TypeError(f"a policy chose {decision!r}, not a Prefill, Decode or Wait")
+            if not isinstance(decision, Wait):
+                waited.clear()
             last[m] = decision.action
             turns.last_used[m] = env.now
 

@@ -260,3 +260,13 @@ def test_littles_law_holds_on_a_stationary_many_model_run() -> None:
     assert result.switches == []
     measured = metrics["arrival_rate"] * metrics["e2e_s"]["mean"]
     assert metrics["mean_requests_in_system"] == pytest.approx(measured, rel=0.01)
+
+
+def test_a_policy_that_chooses_something_else_is_an_error() -> None:
+    class Odd:
+        def choose(self, state: object) -> object:
+            return "prefill"
+
+    g = ModelGraphs("m", shape(1), constant_times())
+    with pytest.raises(TypeError, match="not a Prefill, Decode or Wait"):
+        simulate_models([Request(0, 0.0, 10, 2)], [g], EngineConfig(scheduler=Odd()))  # type: ignore[arg-type]
