@@ -58,7 +58,7 @@ def test_text_report(run_cli, workload: Path) -> None:
     code, out, err = serve(run_cli, workload)
     assert code == 0, err
     assert "serving cli: 40 requests, 40 completed" in out
-    assert "prefill graph(s): 16384 tokens" in out
+    assert "prefill graph(s) run: 16384" in out
 
 
 def test_json_has_the_issue_keys_and_is_reproducible(run_cli, workload: Path) -> None:
@@ -214,3 +214,37 @@ def test_a_workload_without_slo_runs_with_goodput_not_applicable(
         assert point["goodput_requests_per_s"] is None and point["settings"]["slo"] is None
         assert "not applicable" in point["goodput_note"]
     assert (tmp_path / "o" / "latency_cdf.png").exists()
+
+
+@pytest.mark.slow
+def test_the_coe_workload_switches_models_and_its_resident_variant_does_not(run_cli) -> None:
+    code, out, err = run_cli(["serve", "--workload", "coe", "--json"])
+    assert code == 0, err
+    doc = json.loads(out)
+    per = doc["per_model"]
+    assert len(per) >= 3
+    assert doc["model_switches"] > 0 and doc["switch_time_s"] > 0
+    assert sum(m["completed"] for m in per.values()) == doc["completed"] == doc["requests"]
+    code, out, err = run_cli(["serve", "--workload", "coe_resident", "--json"])
+    assert code == 0, err
+    resident = json.loads(out)
+    assert resident["model_switches"] == 0 and resident["switch_time_s"] == 0
+    assert len(resident["per_model"]) == len(per)
+
+
+def test_mappings_from_neither_the_command_nor_the_workload(run_cli, workload: Path) -> None:
+    result = run_cli(["serve", "--workload", str(workload)])
+    assert_user_error(result, "--prefill", "no prefill mapping")
+
+
+def test_mappings_from_both_the_command_and_the_workload(run_cli, tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        WORKLOAD.replace(
+            "deployment: {mode: disaggregated, prefill_nodes: 8, decode_nodes: 1, "
+            "prefill_buckets: [16384, 65536]}",
+            "models: [{model: llama-3.1-8b}]",
+        ),
+        encoding="utf-8",
+    )
+    assert_user_error(serve(run_cli, path), "--prefill", "names its models' mappings")

@@ -29,9 +29,11 @@ LEAST_DRAWS = 8  # draws taken for a request beyond 1.25x its expected steps
 CHUNK_DRAWS = 1 << 20  # draws made at once at most (bounds the memory of a long run)
 
 
-def acceptance_rng(seed: int) -> np.random.Generator:
-    """The stream the accepted-token draws of a run come from."""
-    seq = np.random.SeedSequence(seed, spawn_key=(ACCEPTANCE_STREAM,))
+def acceptance_rng(seed: int, stream: int = 0) -> np.random.Generator:
+    """The stream the accepted-token draws of a run come from (`stream`: the model's index in a
+    many-model workload; the first model's stream is the single-model run's)."""
+    key = (ACCEPTANCE_STREAM,) if stream == 0 else (ACCEPTANCE_STREAM, stream)
+    seq = np.random.SeedSequence(seed, spawn_key=key)
     return np.random.Generator(np.random.PCG64(seq))
 
 
@@ -67,13 +69,13 @@ def sampled_steps(
 
 
 def drawn_steps(
-    tokens: Sequence[int], draft_tokens: int, acceptance: float, seed: int
+    tokens: Sequence[int], draft_tokens: int, acceptance: float, seed: int, stream: int = 0
 ) -> np.ndarray:
     """Decode steps of each of several requests (`tokens`: each one's tokens after its first, in
     request-id order), drawn from the seed's acceptance stream: each request takes a block of
     1.25x its expected steps (and `LEAST_DRAWS`) of consecutive draws, and goes on drawing in
     the rare case its block falls short."""
-    rng = acceptance_rng(seed)
+    rng = acceptance_rng(seed, stream)
     need = np.asarray(tokens, dtype=np.int64)
     mean = expected_accepted_tokens(draft_tokens, acceptance)
     blocks = np.where(need > 0, np.ceil(1.25 * need / mean).astype(np.int64) + LEAST_DRAWS, 0)
