@@ -4,6 +4,7 @@ the file, the key and a fix, and write nothing."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,13 @@ def test_text_report(run_cli, workload: Path) -> None:
     code, out, err = serve(run_cli, workload)
     assert code == 0, err
     assert "serving cli: 40 requests, 40 completed" in out
-    assert "prefill graph(s): 16384 tokens" in out
+    flat = " ".join(out.split())  # the graphs' line wraps
+    assert "prefill graph(s): 16384 tokens" in flat
+    # each graph's time with its interval, as the JSON gives them
+    data = json.loads(serve(run_cli, workload, "--json")[1])
+    step = data["intervals"]["graphs.decode_step_s"]
+    assert step["p05"] <= data["graphs"]["decode_step_s"] == step["p50"] <= step["p95"]
+    assert re.search(r"step \d+\.\d+ ms \(\d[\d.]*–\d[\d.]*\)", flat), flat
 
 
 def test_json_has_the_issue_keys_and_is_reproducible(run_cli, workload: Path) -> None:

@@ -391,8 +391,11 @@ def _calibration_lines(r: dict[str, Any], width: int) -> list[str]:
 def _decode_summary(r: dict[str, Any]) -> list[str]:
     """Batch, multi-token prediction, throughput and the on-chip cache update of a decode step."""
     out = []
+    iv = r.get("intervals") or {}
     if r["max_batch_size"] is not None:
-        out.append(f"max batch size (power of two that fits HBM): {r['max_batch_size']}")
+        q = iv.get("max_batch_size")
+        spread = f" ({q['p05']}–{q['p95']})" if q and q["p05"] != q["p95"] else ""
+        out.append(f"max batch size (power of two that fits HBM): {r['max_batch_size']}{spread}")
     mtp = r.get("mtp") or {}
     if mtp.get("mode") == "scaled":
         how = f"{r['tokens_per_step']:g} tokens/step, a reported multiplier on a plain step"
@@ -404,7 +407,6 @@ def _decode_summary(r: dict[str, Any]) -> list[str]:
     else:
         how = "none (1 token per step)"
     out.append(f"multi-token prediction: {how}")
-    iv = r.get("intervals") or {}
     if r["throughput_tokens_per_s"] is not None:
         tput = number_with(r["throughput_tokens_per_s"], iv.get("throughput_tokens_per_s"))
         out.append(

@@ -29,6 +29,7 @@ from rdusim.report.console import (
     columns_to_show,
     fits,
     seconds,
+    seconds_with,
     si,
     table,
     table_blocks,
@@ -84,13 +85,18 @@ def _deployment_line(doc: Mapping[str, Any]) -> str:
 
 
 def _graphs_line(doc: Mapping[str, Any]) -> str:
+    """The two graphs, each time with its 90% interval when the run has intervals."""
     g = doc["graphs"]
-    prefill = ", ".join(f"{n} tokens {_s(t)}" for n, t in g["prefill_s"].items())
+    iv = doc.get("intervals") or {}
+    prefill = ", ".join(
+        f"{n} tokens {seconds_with(t, iv.get(f'graphs.prefill_s.{n}'))}"
+        for n, t in g["prefill_s"].items()
+    )
     ss = "SnapStream" if g["snapstream"] else "no SnapStream"
+    step = seconds_with(g["decode_step_s"], iv.get("graphs.decode_step_s"))
     return (
         f"decode graph: {g['decode_slots']} slots x {g['cache_len']} positions ({ss}), step "
-        f"{_s(g['decode_step_s'])}, {g['tokens_per_step']:g} tokens/step; prefill graph(s): "
-        f"{prefill}"
+        f"{step}, {g['tokens_per_step']:g} tokens/step; prefill graph(s): {prefill}"
     )
 
 

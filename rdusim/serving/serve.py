@@ -211,13 +211,21 @@ def serve(
     metrics = summary(result, workload.spec.slo)
     document = point_document(point, workload, result, metrics)
     if intervals:
-        bounds = [
-            summary(simulate_serving(requests, shape, t, config), workload.spec.slo)
-            for t in bounding_times(times)
-        ]
+        ends = [simulate_serving(requests, shape, t, config) for t in bounding_times(times)]
+        bounds = [summary(r, workload.spec.slo) | graph_times(r) for r in ends]
         if bounds:
-            document["intervals"] = serving_intervals(metrics, bounds)
+            document["intervals"] = serving_intervals(metrics | graph_times(result), bounds)
     return ServeRun(point, result, metrics, document)
+
+
+def graph_times(result: EngineResult) -> dict[str, Any]:
+    """The run's graph times as the document's `graphs` holds them (for their intervals)."""
+    return {
+        "graphs": {
+            "decode_step_s": rounded(result.decode_step_s),
+            "prefill_s": {str(n): rounded(t) for n, t in sorted(result.prefill_s.items())},
+        }
+    }
 
 
 def bounding_times(times: SimulatedStepTimes) -> list[ScaledStepTimes]:
