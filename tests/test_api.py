@@ -538,3 +538,26 @@ def test_the_max_batch_interval_shows_in_the_text(run_cli: RunCli) -> None:
     assert code == 0, err
     line = next(x for x in text.splitlines() if x.startswith("max batch size"))
     assert line.endswith(f"({q['p05']}–{q['p95']})")
+
+
+def test_run_reports_an_interval_on_every_headline_number() -> None:
+    """`rdusim.run` carries what `rdusim map --json` does: each headline number of a decode
+    step (step, TPOT, throughput, call time, max batch, each layer's and kernel's latency and
+    share) with {p05, p50, p95}, the 5th percentile no larger than the 95th."""
+    report = rdusim.run("r1_decode_paper", seq_len=32768)
+    assert report.intervals is not None
+    names = {
+        "total_latency_s",
+        "tpot_s",
+        "throughput_tokens_per_s",
+        "kernel_call_time_s",
+        "max_batch_size",
+    }
+    for kind, layer in report.layers.items():
+        names.add(f"layers.{kind}.latency_s")
+        for k in layer.kernels:
+            names |= {f"layers.{kind}.{k.name}.latency_s", f"layers.{kind}.{k.name}.share"}
+    assert set(report.intervals) == names
+    for name, q in report.intervals.items():
+        assert q.p05 <= q.p50 <= q.p95, name
+    assert report.drivers is not None and report.uncertainty is not None
