@@ -382,6 +382,25 @@ def test_relative_paths_stay_relative_to_the_mapping_file(
     assert cli_report(run_cli, beside) == cli_report(run_cli, away) == report.to_json()
 
 
+def test_a_relative_draft_model_stays_relative_to_the_mapping_file(
+    tmp_path: Path, repo_root: Path
+) -> None:
+    specs = tmp_path / "specs"
+    (specs / "models").mkdir(parents=True)
+    shutil.copy(repo_root / "models" / "llama-3.2-1b.yaml", specs / "models" / "draft.yaml")
+    speculative = {"draft": "models/draft.yaml", "draft_tokens": 2, "acceptance": 0.7}
+    data = rdusim.load_mapping("llama31_70b_decode").to_dict() | {"speculative": speculative}
+    with (specs / "mine.yaml").open("w", encoding="utf-8") as f:
+        YAML(typ="safe").dump(data, f)
+    m = rdusim.load_mapping(specs / "mine.yaml")
+    beside = YAML(typ="safe").load(m.to_yaml(specs / "beside.yaml").read_text())
+    assert beside["speculative"]["draft"] == "models/draft.yaml"
+    away = YAML(typ="safe").load(m.to_yaml(tmp_path / "away.yaml").read_text())
+    assert Path(away["speculative"]["draft"]).is_absolute()
+    shipped = rdusim.load_mapping("llama31_70b_decode_spec").to_yaml(tmp_path / "s.yaml")
+    assert YAML(typ="safe").load(shipped.read_text())["speculative"]["draft"] == "llama-3.2-1b"
+
+
 def test_a_shipped_model_is_written_by_name(tmp_path: Path, paper: rdusim.Mapping) -> None:
     path = paper.to_yaml(tmp_path / "p.yaml")  # r1_prefill names it so
     assert YAML(typ="safe").load(path.read_text())["model"] == "deepseek-r1"
@@ -397,6 +416,7 @@ ROUND_TRIPS = [  # (mapping, --set items): prefill and decode, with and without 
     ("r1_decode", ["mtp.draft_tokens=0", "mtp.mode=scaled", "mtp.tokens_per_step=2.4"]),
     ("llama31_8b_prefill", []),
     ("llama31_8b_decode", []),
+    ("llama31_70b_decode_spec", ["batch=1", "seq_len=8192", "snapstream.enabled=false"]),
 ]
 
 

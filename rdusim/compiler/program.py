@@ -23,6 +23,7 @@ from rdusim.ir.graph import (
     Workload,
 )
 from rdusim.snapstream.onchip import CacheUpdate
+from rdusim.spec.speculation import Speculation
 
 
 class Layout(StrEnum):
@@ -43,6 +44,35 @@ class ExtraRole(StrEnum):
     MTP_LAYER = "mtp_layer"  # an MTP module's MoE decoder layer
     MTP_EMBEDDING = "mtp_embedding"  # the embedding again, once per draft token
     MTP_HEAD = "mtp_head"  # the head again, once per draft token
+    DRAFT_EMBEDDING = "draft_embedding"  # a draft model's embedding, once per draft token
+    DRAFT_LAYER = "draft_layer"  # a draft model's decoder layers of one kind, once per draft
+    DRAFT_HEAD = "draft_head"  # a draft model's LM head, once per draft token
+
+
+# What drafts a step's tokens (`rdusim.spec.speculation`): the MTP module or a draft model. Their
+# time is the step's drafting; the rest verifies.
+DRAFTING_ROLES = frozenset(
+    {
+        ExtraRole.MTP_PROJECTION,
+        ExtraRole.MTP_LAYER,
+        ExtraRole.MTP_EMBEDDING,
+        ExtraRole.MTP_HEAD,
+        ExtraRole.DRAFT_EMBEDDING,
+        ExtraRole.DRAFT_LAYER,
+        ExtraRole.DRAFT_HEAD,
+    }
+)
+# The drafter's parts that hold weights (and cache) of their own in HBM (the MTP module shares
+# the model's embedding and head; a draft model has its own).
+DRAFTER_DEPLOYED_ROLES = frozenset(
+    {
+        ExtraRole.MTP_PROJECTION,
+        ExtraRole.MTP_LAYER,
+        ExtraRole.DRAFT_EMBEDDING,
+        ExtraRole.DRAFT_LAYER,
+        ExtraRole.DRAFT_HEAD,
+    }
+)
 
 
 @dataclass
@@ -193,6 +223,8 @@ class HBMPlan:
     weights: float
     kv_cache: float
     workspace: float
+    draft_weights: float = 0.0  # of `weights`: the drafter's own (MTP module or draft model)
+    draft_kv_cache: float = 0.0  # of `kv_cache`: the drafter's
 
     @property
     def used(self) -> float:
@@ -213,14 +245,15 @@ class Program:
     workload: Workload
     sockets: int
     layers: dict[str, LayerProgram]
-    extras: dict[str, LayerProgram]  # embedding, head, mtp: run once per step/prompt
+    extras: dict[str, LayerProgram]  # embedding, head, the drafter's parts (MTP or draft model)
     hbm: HBMPlan
     kv_len: int  # cache positions per sequence (compressed length with SnapStream)
     snapstream: bool
     tokens_per_step: float  # tokens accepted per sequence and step (decode)
     orchestration: str = "hardware"  # who issues kernel calls: software | hardware
     mtp_mode: str = "verify"  # verify: drafts verified as work | scaled: a reported multiplier
-    draft_tokens: int = 0
+    draft_tokens: int = 0  # MTP drafts per step (`mtp.draft_tokens`)
+    speculation: Speculation = field(default_factory=Speculation)  # the step's drafter, k, a
     expert_loading: str = "touched"  # which routed experts a step streams: touched | all
 
     def all_layers(self) -> list[LayerProgram]:

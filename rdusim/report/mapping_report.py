@@ -396,17 +396,7 @@ def _decode_summary(r: dict[str, Any]) -> list[str]:
         q = iv.get("max_batch_size")
         spread = f" ({q['p05']}–{q['p95']})" if q and q["p05"] != q["p95"] else ""
         out.append(f"max batch size (power of two that fits HBM): {r['max_batch_size']}{spread}")
-    mtp = r.get("mtp") or {}
-    if mtp.get("mode") == "scaled":
-        how = f"{r['tokens_per_step']:g} tokens/step, a reported multiplier on a plain step"
-    elif mtp.get("draft_tokens"):
-        how = (
-            f"{r['tokens_per_step']:.2f} tokens/step accepted: {mtp['draft_tokens']} drafts "
-            f"verified ({mtp['verified_tokens']} tokens per sequence)"
-        )
-    else:
-        how = "none (1 token per step)"
-    out.append(f"multi-token prediction: {how}")
+    out += _speculation_lines(r)
     if r["throughput_tokens_per_s"] is not None:
         tput = number_with(r["throughput_tokens_per_s"], iv.get("throughput_tokens_per_s"))
         out.append(
@@ -426,6 +416,37 @@ def _decode_summary(r: dict[str, Any]) -> list[str]:
             f"{si(upd['naive_indexing'], 'B')})"
         )
     return out
+
+
+def _speculation_lines(r: dict[str, Any]) -> list[str]:
+    """The step's drafter: the MTP module's line as before, or the draft model's k, a, accepted
+    tokens, time share and HBM."""
+    sp = r.get("speculation") or {}
+    if sp.get("drafter") == "model":
+        share = sp.get("draft_share")
+        timing = (
+            f"; drafting {seconds(sp['draft_time_s'])} ({share:.0%} of the step), verifying "
+            f"{seconds(sp['verify_s'])}"
+            if share is not None
+            else ""
+        )
+        return [
+            f"speculative decoding: draft {sp['draft']}, {sp['draft_tokens']} drafts at "
+            f"acceptance {sp['acceptance']:g} (assumed) -> {sp['tokens_per_step']:.4g} "
+            f"tokens/step{timing}; draft HBM per socket: weights "
+            f"{si(sp['draft_weights_bytes'], 'B')}, KV cache {si(sp['draft_kv_cache_bytes'], 'B')}"
+        ]
+    mtp = r.get("mtp") or {}
+    if mtp.get("mode") == "scaled":
+        how = f"{r['tokens_per_step']:g} tokens/step, a reported multiplier on a plain step"
+    elif mtp.get("draft_tokens"):
+        how = (
+            f"{r['tokens_per_step']:.2f} tokens/step accepted: {mtp['draft_tokens']} drafts "
+            f"verified ({mtp['verified_tokens']} tokens per sequence)"
+        )
+    else:
+        how = "none (1 token per step)"
+    return [f"multi-token prediction: {how}"]
 
 
 OP_HEADERS = ("op", "sharding", "PCUs", "busy", "HBM", "stall", "bound")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdusim.compiler.program import Kernel, Program
+from rdusim.compiler.program import DRAFTING_ROLES, Kernel, Program
 from rdusim.sim.kernel import KernelTiming
 from rdusim.sim.model import SimResult
+from rdusim.spec.speculation import Drafter
 
 SCHEMA_VERSION = 2  # 2: kernel calls, MTP, expert routing, collective rounds
 
@@ -63,6 +64,7 @@ def build_report(
         },
         "max_batch_size": None,
         **_decode_fields(program, total_latency),
+        "speculation": _speculation(program, result),
         "throughput_tokens_per_s": result.throughput_tokens_per_s if result else None,
         "calibration": calibration,
     }
@@ -142,16 +144,46 @@ def _extras(program: Program, result: SimResult | None) -> dict[str, Any]:
 
 
 def _decode_fields(program: Program, total_latency: float | None) -> dict[str, Any]:
-    """`mtp`, `tokens_per_step` and `tpot_s`: null outside decode."""
+    """`mtp`, `speculation`, `tokens_per_step` and `tpot_s`: null outside decode (`mtp` is
+    null too when a draft model drafts)."""
     decode = program.phase == "decode"
+    mtp = decode and program.speculation.drafter != Drafter.MODEL
     return {
         "mtp": {
             "mode": program.mtp_mode,
             "draft_tokens": program.draft_tokens,
             "verified_tokens": program.workload.seq,
         }
-        if decode
+        if mtp
         else None,
         "tokens_per_step": program.tokens_per_step if decode else None,
         "tpot_s": total_latency / program.tokens_per_step if decode and total_latency else None,
+    }
+
+
+def _speculation(program: Program, result: SimResult | None) -> dict[str, Any] | None:
+    """A decode step's drafter, k and a, the accepted tokens, the step split into drafting (k
+    drafter runs) and verifying (the target over k + 1 tokens), and the drafter's own HBM."""
+    if program.phase != "decode":
+        return None
+    sp = program.speculation
+    drafting = verify = share = None
+    if result is not None:
+        drafting = sum(lr.total_s for lr in result.extras.values() if lr.role in DRAFTING_ROLES)
+        verify = result.total_latency_s - drafting
+        share = drafting / result.total_latency_s if result.total_latency_s else None
+    runs = sp.draft_runs
+    return {
+        "drafter": sp.drafter.value,
+        "draft": sp.draft,
+        "draft_tokens": sp.draft_tokens,
+        "acceptance": sp.acceptance if sp.draft_tokens else None,
+        "verified_tokens": program.workload.seq,
+        "tokens_per_step": sp.accepted_tokens,
+        "draft_step_s": drafting / runs if drafting is not None and runs else None,
+        "draft_time_s": drafting,
+        "verify_s": verify,
+        "draft_share": share,
+        "draft_weights_bytes": program.hbm.draft_weights,
+        "draft_kv_cache_bytes": program.hbm.draft_kv_cache,
     }

@@ -140,6 +140,25 @@ class MtpReport(_Part):
     verified_tokens: int
 
 
+class SpeculationReport(_Part):
+    """A decode step's drafter (none, mtp or model), its k drafts at acceptance a, the tokens
+    accepted per step, the step split into drafting and verifying, and the drafter's own HBM
+    per socket (included in `hbm_bytes`)."""
+
+    drafter: str
+    draft: str | None
+    draft_tokens: int
+    acceptance: Num | None
+    verified_tokens: int
+    tokens_per_step: Num
+    draft_step_s: Num | None
+    draft_time_s: Num | None
+    verify_s: Num | None
+    draft_share: Num | None
+    draft_weights_bytes: Num
+    draft_kv_cache_bytes: Num
+
+
 class CalibrationEntry(_Part):
     """A calibrated parameter: its value in this run, the shipped posterior's 90% interval and
     the evidence items that pin it most (none: only its prior speaks)."""
@@ -275,6 +294,7 @@ class Report(_Part):
     mtp: MtpReport | None
     tokens_per_step: Num | None
     tpot_s: Num | None
+    speculation: SpeculationReport | None
     throughput_tokens_per_s: Num | None
     calibration: dict[str, CalibrationEntry] | None
     intervals: dict[str, Interval] | None = None  # metric -> its interval over the ensemble

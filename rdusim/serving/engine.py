@@ -27,7 +27,8 @@ what-if of a runtime that pays only for occupied slots and their longest cache.
 A request produces its first token when its prefill ends (the prefill graph generates x_{L+1},
 §2.3); with SnapStream the cache is compressed inside the prefill graph (§3.2), so that cost is
 in the prefill time and what leaves the prefill node is the compressed cache. Each decode step a
-request takes adds `tokens_per_step` tokens (the expected MTP acceptance: 2.4 at 80% in §5.2),
+request takes adds the tokens the step accepts for it (drawn when the step verifies drafts:
+`rdusim.serving.acceptance`; else `tokens_per_step`, e.g. the paper's 2.4 at 80% in §5.2),
 and its slot frees at the end of the step that completes its output (`GraphShape.decode_steps`);
 a request whose cache arrives during a step joins at the next step boundary. Records keep every timestamp, so the
 metrics and the trace are computed afterwards from data, not from the engine's counters.
@@ -44,6 +45,7 @@ from typing import Any
 
 import simpy
 
+from rdusim.serving.acceptance import drawn_steps
 from rdusim.serving.arrivals import Request
 from rdusim.serving.scheduler import (
     Action,
@@ -85,6 +87,7 @@ class EngineConfig:
     link_latency_s: float = 0.0
     step_cost: DecodeStepCost = DecodeStepCost.STATIC
     scheduler: Policy | None = None  # colocated: a policy object in place of `policy`
+    seed: int = 0  # the workload's: the accepted-token draws (`rdusim.serving.acceptance`)
 
     def colocated_policy(self) -> Policy:
         """The policy colocated nodes choose by: `scheduler` if given, else the one `policy`
@@ -211,9 +214,8 @@ class DecodeBatch:
         shape = self.engine.shape
         for rec in self.pending:
             rec.join_step = self.steps
-            heapq.heappush(
-                self._finish, (self.steps + shape.decode_steps(rec.output_tokens), rec.id, rec)
-            )
+            steps = self.engine.steps_of(rec)
+            heapq.heappush(self._finish, (self.steps + steps, rec.id, rec))
             # its cache during global step s is key + s * tokens_per_step (see step_s)
             key = shape.kv_tokens(rec.prompt_tokens) + 1 - (self.steps + 1) * shape.tokens_per_step
             heapq.heappush(self._cache, (-key, rec.id))
@@ -280,6 +282,7 @@ class Engine:
         ]
         self.prefill_s = {n: times.prefill_s(n) for n in shape.prefill_lengths}
         self.static_step_s = times.decode_step_s(shape.decode_slots, shape.cache_len)
+        self._drawn = _drawn_steps(self.records, shape, config.seed)
         self.queue: deque[RequestRecord] = deque()  # waiting for prefill
         self.arrived = Signal(self.env)
         self.prefills: list[PrefillRun] = []
@@ -306,6 +309,13 @@ class Engine:
         self.env.process(self._arrivals())
 
     # --- shared -----------------------------------------------------------------------------
+
+    def steps_of(self, rec: RequestRecord) -> int:
+        """Decode steps the request takes: drawn before the run when steps verify drafts
+        (`rdusim.serving.acceptance`), else at the mean rate."""
+        if self._drawn is not None:
+            return self._drawn[rec.id]
+        return self.shape.decode_steps(rec.output_tokens)
 
     def _arrivals(self) -> Process:
         env = self.env
@@ -495,6 +505,19 @@ class Engine:
             decode_step_s=self.static_step_s,
             prefill_s=dict(self.prefill_s),
         )
+
+
+def _drawn_steps(
+    records: Sequence[RequestRecord], shape: GraphShape, seed: int
+) -> dict[int, int] | None:
+    """Each request's decode steps by id, drawn in id order when a step verifies drafts; None
+    when every step accepts the mean."""
+    if not shape.draft_tokens:
+        return None
+    ordered = sorted(records, key=lambda r: r.id)
+    tokens = [r.output_tokens - 1 for r in ordered]
+    steps = drawn_steps(tokens, shape.draft_tokens, shape.acceptance, seed)
+    return {r.id: int(n) for r, n in zip(ordered, steps.tolist(), strict=True)}
 
 
 def simulate_serving(

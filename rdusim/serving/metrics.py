@@ -65,10 +65,12 @@ def stats(values: Sequence[float]) -> dict[str, float | None]:
 
 
 def generated_tokens(rec: RequestRecord, tokens_per_step: float) -> int:
-    """Tokens a request produced: the prefill's first, then `tokens_per_step` a decode step it
-    took, no more than it asked for."""
+    """Tokens a request produced: all it asked for once complete; before that the prefill's
+    first, then `tokens_per_step` a decode step it took, no more than it asked for."""
     if math.isnan(rec.first_token_s):
         return 0
+    if rec.completions:  # its last step accepted what was left (drawn steps may overshoot)
+        return rec.output_tokens
     decoded = math.floor(rec.steps * tokens_per_step + 1e-9)
     return 1 + min(rec.output_tokens - 1, decoded)
 

@@ -206,7 +206,7 @@ def serve(
     requests = workload_requests(workload, point.rate)
     check_requests(requests, shape, workload)
     _prefetch(times, shape, workload)
-    config = engine_config(workload.spec.deployment, times.facts)
+    config = replace(engine_config(workload.spec.deployment, times.facts), seed=workload.spec.seed)
     result = simulate_serving(requests, shape, times, config, progress)
     metrics = summary(result, workload.spec.slo)
     document = point_document(point, workload, result, metrics)

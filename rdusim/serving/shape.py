@@ -11,9 +11,12 @@ SN40L runs static graphs (SnapStream paper §2.3): every tensor has a fixed shap
   request's prompt plus output must fit in the decode mapping's `seq_len`. SnapStream keeps the
   cache at its compressed budget however long the sequence grows (§3.1, §3.3), so its slot needs only
   that many positions, and more slots fit in HBM (§5.2, Table 5: 4x the batch);
-* with multi-token prediction a step accepts `tokens_per_step` tokens per sequence on average;
-  a request's tokens after its first (which the prefill graph produces) come at that rate, so it
-  needs ceil((output - 1) / tokens_per_step) decode steps (the expected acceptance, not a draw).
+* with multi-token prediction or a draft model a step accepts `tokens_per_step` tokens per
+  sequence on average. When the step verifies k drafts at acceptance a (`draft_tokens` > 0),
+  each step's accepted tokens are drawn (`rdusim.serving.acceptance`) and a request takes as
+  many steps as its draws need for its tokens after the first (which the prefill graph
+  produces); a factor reported on a plain step (`mtp: {mode: scaled}`) has no distribution, so
+  the request needs ceil((output - 1) / tokens_per_step) steps.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class GraphShape:
     kv_bytes_per_token: float = 0.0
     snapstream: bool = False
     prefill_hold: int = UNLIMITED_HOLD  # finished caches a prefill node may hold (disaggregated)
+    draft_tokens: int = 0  # k drafts verified per step (0: steps accept their mean, undrawn)
+    acceptance: float = 1.0  # per-draft acceptance rate a
 
     def __post_init__(self) -> None:
         if not self.prefill_lengths or list(self.prefill_lengths) != sorted(
@@ -70,7 +75,8 @@ class GraphShape:
         return self.kv_tokens(prompt_tokens) * self.kv_bytes_per_token
 
     def decode_steps(self, output_tokens: int) -> int:
-        """Decode steps a request needs after its first token."""
+        """Decode steps a request needs after its first token at the mean rate (the engine
+        draws them instead when a step verifies drafts: `rdusim.serving.acceptance`)."""
         return ceil_steps(output_tokens - 1, self.tokens_per_step)
 
 
@@ -108,6 +114,8 @@ def shape_of(
         kv_bytes_per_token=facts.kv_bytes_per_token,
         snapstream=facts.snapstream,
         prefill_hold=facts.prefill_hold,
+        draft_tokens=facts.draft_tokens,
+        acceptance=facts.acceptance,
     )
 
 

@@ -148,6 +148,8 @@ class GraphFacts:
     p2p_latency_s: float
     prefill_hold: int  # finished caches a prefill node can hold beside its plan (disaggregated)
     min_cache_len: int  # the shortest cache the decode mapping compiles (SnapStream: sink + 1)
+    draft_tokens: int = 0  # drafts verified per step, when the accepted tokens are a draw
+    acceptance: float = 1.0  # their per-draft acceptance rate
 
 
 @dataclass
@@ -189,6 +191,8 @@ class SimulatedStepTimes:
             p2p_latency_s=hw.links.p2p_latency_s,
             prefill_hold=_prefill_hold(prefill_rm, prefill_prog, decode_prog.kv_len),
             min_cache_len=ss.sink + 1 if decode_prog.snapstream else 1,
+            draft_tokens=_drafts(decode_prog)[0],
+            acceptance=_drafts(decode_prog)[1],
         )
         _check_pair(prefill_rm, prefill_prog, decode_rm, decode_prog)
         self.main["decode"] = simulate(decode_prog, hw)
@@ -246,6 +250,13 @@ class SimulatedStepTimes:
         rm = load_mapping(self.prefill, [*self.overrides, *extra])
         prog = _fitting(rm, compile_mapping(rm))
         return simulate(prog, rm.hardware).total_latency_s
+
+
+def _drafts(program: Program) -> tuple[int, float]:
+    """(k, a) of a decode step whose accepted tokens are a draw; (0, 1.0) for a plain step or
+    a reported factor, whose steps accept their mean."""
+    sp = program.speculation
+    return (sp.draft_tokens, sp.acceptance) if sp.sampled else (0, 1.0)
 
 
 def _check_phase(rm: ResolvedMapping, phase: str, option: str) -> None:

@@ -9,7 +9,8 @@ and far too large for a browser. Two layouts keep the file small:
   head, MTP), so kernel slices never overlap and their durations add up to the report's layer
   latencies; the timeline is one layer of each kind long, not the whole run;
 * `chrome_trace_full` (`rdusim map --trace-full`): every layer execution in order on one
-  timeline (embedding, each layer in the model's order, head, the MTP drafts), ending at the
+  timeline (a draft model's k steps, embedding, each layer in the model's order, head, the MTP
+  drafts), ending at the
   report's `total_latency_s`; the detail below is drawn for the first execution of each layer
   kind and extra only, the rest show kernel slices.
 
@@ -281,9 +282,11 @@ class _Sequencer:
 
 
 def _every_execution(result: SimResult, layer_order: Sequence[str], detailed: int) -> list[_Run]:
-    """Embedding, each layer in `layer_order`, head, then per MTP draft: its embedding, the
-    module that drafts it (draft j: module j mod modules), its head."""
+    """A draft model's k steps first (each: its embedding, every layer, its head), then the
+    target's: embedding, each layer in `layer_order`, head, then per MTP draft: its embedding,
+    the module that drafts it (draft j: module j mod modules), its head."""
     seq = _Sequencer(result, detailed)
+    _draft_model_steps(seq, result)
     seq.add(_extra(result, ExtraRole.EMBEDDING), "embedding")
     for index, kind in enumerate(layer_order):
         seq.add(result.layers[kind], f"layer {index} ({kind})", index=index)
@@ -303,6 +306,21 @@ def _every_execution(result: SimResult, layer_order: Sequence[str], detailed: in
                 seq.add(part, f"{part.kind} (draft {j + 1})", draft=j + 1)
     seq.leftovers(result)
     return seq.runs
+
+
+def _draft_model_steps(seq: _Sequencer, result: SimResult) -> None:
+    """A draft model's decode steps, one after another, as the step runs them before it
+    verifies."""
+    embedding = _extra(result, ExtraRole.DRAFT_EMBEDDING)
+    layers = [lr for lr in result.extras.values() if lr.role == ExtraRole.DRAFT_LAYER]
+    head = _extra(result, ExtraRole.DRAFT_HEAD)
+    for j in range(embedding.executions if embedding is not None else 0):
+        seq.add(embedding, f"draft embedding (draft {j + 1})", draft=j + 1)
+        for lr in layers:
+            for i in range(lr.count):
+                kind = lr.kind.removeprefix("draft_")
+                seq.add(lr, f"draft layer {i} ({kind}, draft {j + 1})", draft=j + 1)
+        seq.add(head, f"draft head (draft {j + 1})", draft=j + 1)
 
 
 def _timeline(

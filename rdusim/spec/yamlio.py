@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import difflib
 import errno
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
@@ -414,13 +415,21 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f"did you mean {best!r}? " if best else ""
 
 
+def _optional_of(annotation: Any) -> Any:
+    """`X` for an optional section `X | None` (its fields are paths too), else `annotation`."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
 def field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     """Every dotted path into a spec: its fields, and those of its sections, for suggestions."""
     paths: list[str] = []
     for name, info in model.model_fields.items():
         path = f"{prefix}{name}"
         paths.append(path)
-        ann = info.annotation
+        ann = _optional_of(info.annotation)
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             paths.extend(field_paths(ann, f"{path}."))
     return paths
