@@ -4,6 +4,7 @@ the file, the key and a fix, and write nothing."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,38 @@ def test_text_report(run_cli, workload: Path) -> None:
     code, out, err = serve(run_cli, workload)
     assert code == 0, err
     assert "serving cli: 40 requests, 40 completed" in out
-    assert "prefill graph(s) run: 16384" in out
+    flat = " ".join(out.split())  # the graphs' line wraps
+    assert "prefill graph(s) run: 16384 tokens" in flat
+    # each graph's time with its interval, as the JSON gives them
+    data = json.loads(serve(run_cli, workload, "--json")[1])
+    step = data["intervals"]["graphs.decode_step_s"]
+    assert step["p05"] <= data["graphs"]["decode_step_s"] == step["p50"] <= step["p95"]
+    assert re.search(r"step \d+\.\d+ ms \(\d[\d.]*–\d[\d.]*\)", flat), flat
+
+
+def test_every_headline_number_of_the_json_has_its_interval(run_cli, workload: Path) -> None:
+    """TTFT, TPOT and end-to-end latency (each statistic), throughput, goodput, SLO attainment,
+    occupancy and both graphs' times each have {p05, p50, p95}: the point's run in the middle,
+    the two bounding members' runs at the ends; counts and settings have none."""
+    code, out, err = serve(run_cli, workload, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    iv = data["intervals"]
+    headline = [f"{m}.{s}" for m in ("ttft_s", "tpot_s", "e2e_s") for s in ("p50", "p90", "p99")]
+    headline += ["throughput_tokens_per_s", "goodput_requests_per_s", "slo_attainment"]
+    headline += ["mean_requests_in_system", "slot_occupancy.mean", "graphs.decode_step_s"]
+    headline += [f"graphs.prefill_s.{n}" for n in data["graphs"]["prefill_s"]]
+    for name in headline:
+        q = iv[name]
+        value = data
+        for part in name.split(".") if not name.startswith("graphs.prefill_s.") else []:
+            value = value[part]
+        if name.startswith("graphs.prefill_s."):
+            value = data["graphs"]["prefill_s"][name.rsplit(".", 1)[1]]
+        assert q["p05"] <= q["p50"] == value <= q["p95"], name
+    # the graphs' times move with the calibration: the two ends differ
+    assert iv["graphs.decode_step_s"]["p05"] < iv["graphs.decode_step_s"]["p95"]
+    assert "requests" not in iv and "arrival_rate" not in iv
 
 
 def test_json_has_the_issue_keys_and_is_reproducible(run_cli, workload: Path) -> None:

@@ -23,8 +23,9 @@ from rdusim.spec.placement import PARTS, Tier, model_parts
 LARGEST_BATCH_TRIED = 1 << 16
 
 
-def max_batch(rm: ResolvedMapping) -> tuple[int, Program]:
-    """The largest power-of-two batch that fits, with its compiled program."""
+def max_batch(rm: ResolvedMapping, used: dict[int, float] | None = None) -> tuple[int, Program]:
+    """The largest power-of-two batch that fits, with its compiled program; `used`, if given,
+    gets the HBM bytes per socket of every batch compiled on the way."""
     best: tuple[int, Program] | None = None
     b = 1
     while b <= LARGEST_BATCH_TRIED:
@@ -34,6 +35,8 @@ def max_batch(rm: ResolvedMapping) -> tuple[int, Program]:
             if best is None:
                 raise  # the mapping itself is wrong: report it
             break  # a larger batch overflows a kernel's SRAM: it does not fit either
+        if used is not None:
+            used[b] = prog.hbm.used
         if not prog.fits:
             break
         best = (b, prog)
@@ -41,6 +44,36 @@ def max_batch(rm: ResolvedMapping) -> tuple[int, Program]:
     if best is None:
         raise not_even_one(rm, compile_mapping(rm, batch=1))
     return best
+
+
+def hbm_by_batch(
+    rm: ResolvedMapping, ceiling_bytes: float, known: dict[int, float] | None = None
+) -> dict[int, float]:
+    """HBM bytes per socket of each power-of-two batch, from 1 up to the first that needs more
+    than `ceiling_bytes` or whose kernels no longer build (batches in `known` are not
+    compiled again): what the largest batch that fits any usable capacity up to the ceiling
+    is read from (`largest_batch`)."""
+    out = dict(known or {})
+    b = 1
+    while b <= LARGEST_BATCH_TRIED:
+        if b not in out:
+            try:
+                prog = compile_mapping(rm, batch=b)
+            except (SpecError, SpecErrors):
+                break
+            if not prog.ddr.fits:  # DDR's capacity is no calibrated figure: no member fits it
+                break
+            out[b] = prog.hbm.used
+        if out[b] > ceiling_bytes:
+            break
+        b *= 2
+    return out
+
+
+def largest_batch(used: dict[int, float], capacity_bytes: float) -> int:
+    """The largest batch of `used` (HBM bytes per socket by batch, as `hbm_by_batch` gives it)
+    whose plan fits `capacity_bytes`; 0 if none does."""
+    return max((b for b, u in used.items() if u <= capacity_bytes), default=0)
 
 
 def not_even_one(rm: ResolvedMapping, prog: Program) -> InfeasibleError:

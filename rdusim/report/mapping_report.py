@@ -416,11 +416,15 @@ def _calibration_lines(r: dict[str, Any], width: int) -> list[str]:
 def _decode_summary(r: dict[str, Any]) -> list[str]:
     """Batch, multi-token prediction, throughput and the on-chip cache update of a decode step."""
     out = []
-    if r["max_batch_size"] is not None:
-        tiers = "HBM and DDR" if _ddr_lines(r) else "HBM"
-        out.append(f"max batch size (power of two that fits {tiers}): {r['max_batch_size']}")
-    out += _speculation_lines(r)
     iv = r.get("intervals") or {}
+    if r["max_batch_size"] is not None:
+        q = iv.get("max_batch_size")
+        spread = f" ({q['p05']}–{q['p95']})" if q and q["p05"] != q["p95"] else ""
+        tiers = "HBM and DDR" if _ddr_lines(r) else "HBM"
+        out.append(
+            f"max batch size (power of two that fits {tiers}): {r['max_batch_size']}{spread}"
+        )
+    out += _speculation_lines(r)
     if r["throughput_tokens_per_s"] is not None:
         tput = number_with(r["throughput_tokens_per_s"], iv.get("throughput_tokens_per_s"))
         out.append(

@@ -29,6 +29,7 @@ from rdusim.report.console import (
     columns_to_show,
     fits,
     seconds,
+    seconds_with,
     si,
     table,
     table_blocks,
@@ -84,12 +85,18 @@ def _deployment_line(doc: Mapping[str, Any]) -> str:
     return f"{where}; decode step cost: {dep['decode_step']}"
 
 
-def _graphs_line(g: Mapping[str, Any], name: str = "") -> str:
-    prefill = ", ".join(f"{n} tokens {_s(t)}" for n, t in g["prefill_s"].items())
+def _graphs_line(g: Mapping[str, Any], name: str = "", iv: Mapping[str, Any] | None = None) -> str:
+    """A model's graphs, each time with its 90% interval when the run has intervals."""
+    iv = iv or {}
+    prefill = ", ".join(
+        f"{n} tokens {seconds_with(t, iv.get(f'graphs.prefill_s.{n}'))}"
+        for n, t in g["prefill_s"].items()
+    )
     ss = "SnapStream" if g["snapstream"] else "no SnapStream"
+    step = seconds_with(g["decode_step_s"], iv.get("graphs.decode_step_s"))
     return (
         f"{name + ': ' if name else ''}decode graph: {g['decode_slots']} slots x "
-        f"{g['cache_len']} positions ({ss}), step {_s(g['decode_step_s'])}, "
+        f"{g['cache_len']} positions ({ss}), step {step}, "
         f"{g['tokens_per_step']:g} tokens/step; prefill graph(s) run: {prefill or 'none'}"
     )
 
@@ -148,7 +155,7 @@ def render_point(doc: Mapping[str, Any], width: int | None = None) -> str:
         _deployment_line(doc),
     ]
     if "graphs" in doc:
-        head.append(_graphs_line(doc["graphs"]))
+        head.append(_graphs_line(doc["graphs"], iv=doc.get("intervals")))
     iv = doc.get("intervals") or {}
     rows = [[label, *(_s(doc[key][k]) for k in STAT_KEYS)] for key, label in LATENCIES]
     headers = ["latency", *STAT_KEYS]

@@ -249,7 +249,7 @@ def _with_interval(column: str, row: Mapping[str, Any], short: bool = False) -> 
     to three significant digits when `short`)."""
     text = _sweep_cell(column, row.get(column))
     lo, hi = row.get(f"{column}.p05"), row.get(f"{column}.p95")
-    if lo is None or hi is None:
+    if lo is None or hi is None or lo == hi == row.get(column):  # no spread to show
         return text
     if column.endswith("latency_s"):
         if short:

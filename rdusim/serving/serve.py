@@ -320,13 +320,24 @@ def serve(
     metrics = summary(result, workload.spec.slo)
     document = point_document(point, workload, result, metrics)
     if intervals:
-        bounds = [
-            summary(simulate_models(requests, scaled, config), workload.spec.slo)
-            for scaled in bounding_graphs(runs)
-        ]
+        ends = [simulate_models(requests, scaled, config) for scaled in bounding_graphs(runs)]
+        bounds = [summary(r, workload.spec.slo) | graph_times(r) for r in ends]
         if bounds:
-            document["intervals"] = serving_intervals(metrics, bounds)
+            document["intervals"] = serving_intervals(metrics | graph_times(result), bounds)
     return ServeRun(point, result, metrics, document)
+
+
+def graph_times(result: EngineResult) -> dict[str, Any]:
+    """The run's graph times as the document's `graphs` holds them (for their intervals); none
+    with several models, whose graphs are per model."""
+    if len(result.models) > 1:
+        return {}
+    return {
+        "graphs": {
+            "decode_step_s": rounded(result.decode_step_s),
+            "prefill_s": {str(n): rounded(t) for n, t in sorted(result.prefill_s.items())},
+        }
+    }
 
 
 def residency_config(

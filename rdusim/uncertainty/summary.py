@@ -7,6 +7,10 @@ of the report. They cover what the calibrated parameters leave open given the ev
 not cover the model's discrepancy (reported beside them), a mechanism rdusim lacks, or a
 configuration choice the run fixes (its mapping, batch and kernels).
 
+The maximum batch's interval is each member's largest power-of-two batch whose HBM plan fits
+its usable HBM (`max_batch_interval`): the batch a `batch: max` run would compile, though the
+run's other numbers stay at the batch compiled at the point.
+
 **Drivers.** A headline time's elasticity to each calibrated parameter, d ln(time) /
 d ln(parameter) by a 5% step of the closed form: which unknown the number moves with; and from
 those, the time split by cost term (kernel calls, HBM streaming, DDR streaming, compute, the
@@ -25,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from rdusim.compiler.capacity import largest_batch
 from rdusim.cost.calls import barrier_s
 from rdusim.sim.model import SimResult
 from rdusim.spec.hardware import Hardware
@@ -66,6 +71,20 @@ def intervals(results: Sequence[SimResult]) -> dict[str, dict[str, float]]:
         q = np.percentile([row[key] for row in rows], QUANTILES)
         out[key] = {"p05": float(q[0]), "p50": float(q[1]), "p95": float(q[2])}
     return out
+
+
+def usable_hbm_bytes(hw: Hardware) -> float:
+    """The HBM one socket leaves to weights, cache and workspace."""
+    return hw.socket.hbm.capacity_bytes * hw.calibration.hbm_usable_fraction
+
+
+def max_batch_interval(used: dict[int, float], members: Sequence[Hardware]) -> dict[str, int]:
+    """{p05, p50, p95} of the largest power-of-two batch each member's usable HBM holds, from
+    `used` (HBM bytes per socket by batch). Each end is a member's batch: the percentiles by
+    the inverted distribution function, so never a batch between two powers of two."""
+    batches = [largest_batch(used, usable_hbm_bytes(m)) for m in members]
+    q = np.percentile(batches, QUANTILES, method="inverted_cdf")
+    return {"p05": int(q[0]), "p50": int(q[1]), "p95": int(q[2])}
 
 
 class Term(StrEnum):
