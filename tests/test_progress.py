@@ -1,5 +1,6 @@
 """Progress on long work goes to stderr, and only when stderr is a terminal: the auto-mapper's
-stages and candidate counts, and `serve`'s requests per point. Piped, stderr stays empty."""
+stages and candidate counts, `serve`'s requests per point, the sweep's points, and the fits of
+`validate` and `calibrate`. Piped, stderr stays empty."""
 
 from __future__ import annotations
 
@@ -72,6 +73,24 @@ def test_serve_shows_a_terminal_its_requests_and_which_point_runs(
     assert "serve 1/2 rate=0.5" in err
     assert "serve 2/2 rate=1" in err
     assert "2000/2000" in err
+
+
+SWEEP = ["sweep", "llama31_8b_decode", "--set", "seq_len=8192,16384", "--jobs", "1"]
+
+
+def test_sweep_shows_a_terminal_its_points(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    err = run(SWEEP, capsys, monkeypatch, tty=True)
+    assert "sweep" in err and "2/2" in err
+
+
+def test_sweep_is_silent_in_a_pipe(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert run(SWEEP, capsys, monkeypatch, tty=False) == ""
 
 
 def test_serve_is_silent_in_a_pipe(
