@@ -483,7 +483,7 @@ def _plan_op(
     plan = OpPlan(
         name=op.name,
         kind=op.kind,
-        cost_class=op.cost_class,
+        cost_class=costs.cost_class_of(op),
         strategy=sh.strategy,
         degree=sh.degree,
         flops=flops * frac,
