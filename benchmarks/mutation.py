@@ -109,8 +109,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         ANALYTIC,
-        "p.hbm_in_bytes / hbm_rate, p.hbm_write",
-        "p.hbm_read / hbm_rate, p.hbm_write",
+        "p.hbm_in_bytes / hbm_rate,",
+        "p.hbm_read / hbm_rate,",
         "weights and spills not loaded",
     ),
     Mutant(
@@ -145,8 +145,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         ANALYTIC,
-        "first, last = s.load_s / n, 0.0",
-        "first, last = s.load_s, 0.0",
+        "first, last = max(s.load_s, s.ddr_load_s) / n, 0.0",
+        "first, last = max(s.load_s, s.ddr_load_s), 0.0",
         "first tile waits for every load",
     ),
     Mutant(
@@ -217,9 +217,21 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         ANALYTIC,
-        "t.end[o] + pl.stages[o].write_s / n for o in t.end",
-        "t.end[o] for o in t.end",
+        "return t.end[o] + max(s.write_s, s.ddr_write_s) / n",
+        "return t.end[o]",
         "no last tile of writes",
+    ),
+    Mutant(
+        ANALYTIC,
+        "ddr_rate = hw.socket.ddr.bandwidth  # peak",
+        "ddr_rate = hw.socket.hbm.bandwidth  # peak",
+        "DDR streamed at HBM's bandwidth",
+    ),
+    Mutant(
+        ANALYTIC,
+        "t.ddr_jobs.extend(_hbm_jobs(pl, t, on_ddr))",
+        "t.jobs.extend(_hbm_jobs(pl, t, on_ddr))",
+        "DDR bytes queued on the HBM channel",
     ),
     Mutant(
         ANALYTIC,

@@ -16,7 +16,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
+from rdusim.compiler.capacity import (
+    ddr_placements,
+    does_not_fit,
+    hbm_by_batch,
+    max_batch,
+    remedies,
+)
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
 from rdusim.errors import SpecError, SpecErrors, SpecTypeError
@@ -306,7 +312,8 @@ def run_resolved(
 
         auto = auto_map(rm, search, progress=progress)
         rm = auto.mapping
-    capacity_batch, program = _compile(rm)
+    used: dict[int, float] = {}  # HBM bytes per socket of each batch compiled on the way
+    capacity_batch, program = _compile(rm, used)
     result = simulate(program, rm.hardware, trace=trace, sockets=sockets) if simulate_it else None
     extra: dict[str, Any] = {}
     if program.phase == "decode" and program.snapstream:
@@ -319,6 +326,8 @@ def run_resolved(
     report["max_batch_size"] = capacity_batch
     if uncertainty and result is not None:
         report.update(uncertainty_report(result, rm.hardware))
+        if capacity_batch is not None and "intervals" in report:
+            report["intervals"]["max_batch_size"] = _max_batch_interval(rm, used)
     if rm.spec.reference:
         report["reference"] = reference_differences(rm)
     if auto is not None:
@@ -332,30 +341,52 @@ def run_resolved(
     return MapRun(rm, program, result, report, auto)
 
 
-def _compile(rm: ResolvedMapping) -> tuple[int | None, Program]:
+def _compile(rm: ResolvedMapping, used: dict[int, float]) -> tuple[int | None, Program]:
     """The program, and for decode the largest power-of-two batch that fits HBM (capacity is
     arithmetic, so a decode report has it whether the mapping asks for `batch: max` or fixes
-    its batch); None in prefill."""
+    its batch); None in prefill. `used` gets the HBM bytes of each batch compiled for it."""
     if rm.spec.batch == "max":
-        return max_batch(rm)
+        return max_batch(rm, used)
     program = compile_mapping(rm)
-    capacity_batch = _capacity(rm, program)
-    if program.hbm.fits:
+    capacity_batch = _capacity(rm, program, used)
+    if program.fits:
         return capacity_batch, program
     fix = (
-        remedies(rm, f"use batch {capacity_batch} or less (`batch: max`)", "shorten seq_len")
+        remedies(
+            rm,
+            f"use batch {capacity_batch} or less (`batch: max`)",
+            "shorten seq_len",
+            *ddr_placements(rm, weights=False),
+        )
         if capacity_batch
         else "shorten seq_len or use more sockets"
     )
     raise does_not_fit(rm, program, fix)
 
 
-def _capacity(rm: ResolvedMapping, program: Program) -> int | None:
+def _capacity(rm: ResolvedMapping, program: Program, used: dict[int, float]) -> int | None:
     """The largest power-of-two decode batch that fits, or None (prefill, or the weights alone
     overflow HBM, or no batch fits)."""
     if program.phase != "decode" or program.hbm.weights > program.hbm.capacity:
         return None
+    if program.ddr.weights > program.ddr.capacity:
+        return None
     try:
-        return max_batch(rm)[0]
+        return max_batch(rm, used)[0]
     except (SpecError, SpecErrors):
         return None
+
+
+def _max_batch_interval(rm: ResolvedMapping, used: dict[int, float]) -> dict[str, int] | None:
+    """The max batch's interval over the shipped ensemble: each member's usable HBM holds its
+    own largest batch (`used`: HBM bytes by batch known so far; larger batches are compiled
+    only if a member's usable HBM could hold them)."""
+    from rdusim.uncertainty.ensemble import shipped_ensemble
+    from rdusim.uncertainty.summary import max_batch_interval, usable_hbm_bytes
+
+    ensemble = shipped_ensemble()
+    if ensemble is None:
+        return None
+    members = ensemble.applied(rm.hardware)
+    table = hbm_by_batch(rm, max(usable_hbm_bytes(m) for m in members), known=used)
+    return max_batch_interval(table, members)

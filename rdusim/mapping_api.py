@@ -478,6 +478,11 @@ class Mapping:
             text = data.get(key[0])
             if isinstance(text, str):
                 data[key[0]] = _rebased(text, self._base, target_dir, find)
+        speculative = data.get("speculative")
+        if isinstance(speculative, dict) and isinstance(speculative.get("draft"), str):
+            speculative["draft"] = _rebased(
+                speculative["draft"], self._base, target_dir, _find_model
+            )
         routing = (
             data.get("moe", {}).get("routing", {}) if isinstance(data.get("moe"), dict) else {}
         )

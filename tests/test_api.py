@@ -382,6 +382,25 @@ def test_relative_paths_stay_relative_to_the_mapping_file(
     assert cli_report(run_cli, beside) == cli_report(run_cli, away) == report.to_json()
 
 
+def test_a_relative_draft_model_stays_relative_to_the_mapping_file(
+    tmp_path: Path, repo_root: Path
+) -> None:
+    specs = tmp_path / "specs"
+    (specs / "models").mkdir(parents=True)
+    shutil.copy(repo_root / "models" / "llama-3.2-1b.yaml", specs / "models" / "draft.yaml")
+    speculative = {"draft": "models/draft.yaml", "draft_tokens": 2, "acceptance": 0.7}
+    data = rdusim.load_mapping("llama31_70b_decode").to_dict() | {"speculative": speculative}
+    with (specs / "mine.yaml").open("w", encoding="utf-8") as f:
+        YAML(typ="safe").dump(data, f)
+    m = rdusim.load_mapping(specs / "mine.yaml")
+    beside = YAML(typ="safe").load(m.to_yaml(specs / "beside.yaml").read_text())
+    assert beside["speculative"]["draft"] == "models/draft.yaml"
+    away = YAML(typ="safe").load(m.to_yaml(tmp_path / "away.yaml").read_text())
+    assert Path(away["speculative"]["draft"]).is_absolute()
+    shipped = rdusim.load_mapping("llama31_70b_decode_spec").to_yaml(tmp_path / "s.yaml")
+    assert YAML(typ="safe").load(shipped.read_text())["speculative"]["draft"] == "llama-3.2-1b"
+
+
 def test_a_shipped_model_is_written_by_name(tmp_path: Path, paper: rdusim.Mapping) -> None:
     path = paper.to_yaml(tmp_path / "p.yaml")  # r1_prefill names it so
     assert YAML(typ="safe").load(path.read_text())["model"] == "deepseek-r1"
@@ -397,6 +416,7 @@ ROUND_TRIPS = [  # (mapping, --set items): prefill and decode, with and without 
     ("r1_decode", ["mtp.draft_tokens=0", "mtp.mode=scaled", "mtp.tokens_per_step=2.4"]),
     ("llama31_8b_prefill", []),
     ("llama31_8b_decode", []),
+    ("llama31_70b_decode_spec", ["batch=1", "seq_len=8192", "snapstream.enabled=false"]),
 ]
 
 
@@ -480,3 +500,84 @@ def test_the_reference_page_covers_every_public_name(repo_root: Path) -> None:
     ]
     missing = [name for name in public if f"`{name}" not in page and f".{name}(" not in page]
     assert not missing, f"docs/api.md does not describe {missing}"
+
+
+# --- the max batch's interval ------------------------------------------------------------------
+
+
+def test_max_batch_interval_is_each_members_largest_batch_by_brute_force() -> None:
+    """Llama-3.1-405B decode at 32K on 16 sockets sits near a power of two (batch 32 needs
+    59.2 GB of the 59.4 usable): under each ensemble member, compile every power of two until
+    one does not fit that member's HBM; the report's interval is the 5th, 50th and 95th
+    smallest of those batches by rank (each a member's batch)."""
+    import math
+    from dataclasses import replace
+
+    from rdusim.compiler.compile import compile_mapping
+    from rdusim.spec.mapping import load_mapping
+    from rdusim.uncertainty.ensemble import shipped_ensemble
+
+    sets = ["seq_len=32768"]
+    report = run_mapping("llama31_405b_decode", sets).report
+    rm = load_mapping("llama31_405b_decode", sets)
+    ensemble = shipped_ensemble()
+    assert ensemble is not None
+    batches = []
+    for member in ensemble.applied(rm.hardware):
+        at = replace(rm, hardware=member)
+        b = 8  # from a batch every member holds (checked), to keep the brute force short
+        assert compile_mapping(at, batch=b).hbm.fits
+        while compile_mapping(at, batch=2 * b).hbm.fits:
+            b *= 2
+        batches.append(b)
+    xs = sorted(batches)
+
+    def rank(q: float) -> int:
+        return xs[math.ceil(q / 100 * len(xs)) - 1]
+
+    assert report["intervals"]["max_batch_size"] == {
+        "p05": rank(5),
+        "p50": rank(50),
+        "p95": rank(95),
+    }
+    assert len(set(batches)) > 1  # the calibration leaves this one open: 16 or 32
+    assert report["max_batch_size"] in batches
+
+
+def test_a_prefill_report_has_no_max_batch_interval() -> None:
+    report = run_mapping("r1_prefill", ["seq_len=4096"]).report
+    assert report["max_batch_size"] is None and "max_batch_size" not in report["intervals"]
+
+
+def test_the_max_batch_interval_shows_in_the_text(run_cli: RunCli) -> None:
+    code, out, err = run_cli(["map", "llama31_405b_decode", "--set", "seq_len=32768", "--json"])
+    assert code == 0, err
+    q = json.loads(out)["intervals"]["max_batch_size"]
+    assert q["p05"] < q["p95"]
+    code, text, err = run_cli(["map", "llama31_405b_decode", "--set", "seq_len=32768"])
+    assert code == 0, err
+    line = next(x for x in text.splitlines() if x.startswith("max batch size"))
+    assert line.endswith(f"({q['p05']}–{q['p95']})")
+
+
+def test_run_reports_an_interval_on_every_headline_number() -> None:
+    """`rdusim.run` carries what `rdusim map --json` does: each headline number of a decode
+    step (step, TPOT, throughput, call time, max batch, each layer's and kernel's latency and
+    share) with {p05, p50, p95}, the 5th percentile no larger than the 95th."""
+    report = rdusim.run("r1_decode_paper", seq_len=32768)
+    assert report.intervals is not None
+    names = {
+        "total_latency_s",
+        "tpot_s",
+        "throughput_tokens_per_s",
+        "kernel_call_time_s",
+        "max_batch_size",
+    }
+    for kind, layer in report.layers.items():
+        names.add(f"layers.{kind}.latency_s")
+        for k in layer.kernels:
+            names |= {f"layers.{kind}.{k.name}.latency_s", f"layers.{kind}.{k.name}.share"}
+    assert set(report.intervals) == names
+    for name, q in report.intervals.items():
+        assert q.p05 <= q.p50 <= q.p95, name
+    assert report.drivers is not None and report.uncertainty is not None

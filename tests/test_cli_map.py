@@ -587,6 +587,28 @@ def test_a_copied_shipped_mapping_runs(run_cli, mappings_dir, tmp_path, monkeypa
     assert json.loads(copied)["total_latency_s"] == json.loads(shipped)["total_latency_s"]
 
 
+def _shipped_mappings() -> list[str]:
+    from rdusim.spec.catalog import shipped_mappings
+
+    return sorted(shipped_mappings())
+
+
+@pytest.mark.parametrize("name", _shipped_mappings())
+def test_every_shipped_mapping_copied_elsewhere_resolves_as_shipped(tmp_path, monkeypatch, name):
+    """Every shipped mapping, copied into an empty folder, names the same model and hardware
+    as the shipped one (the four above also run to the same report)."""
+    from rdusim.spec.catalog import shipped_mappings
+    from rdusim.spec.mapping import load_mapping
+
+    text = shipped_mappings()[name].read_text(encoding="utf-8")
+    assert "../" not in text
+    (tmp_path / "mine.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    copied, shipped = load_mapping(tmp_path / "mine.yaml"), load_mapping(name)
+    assert copied.model == shipped.model and copied.hardware == shipped.hardware
+    assert copied.spec.model_dump() == shipped.spec.model_dump()
+
+
 TINY_SRAM = ["--set", "hardware.socket.pmu_bytes=2e3", "--set", "hardware.socket.sram_bytes=2.08e6"]
 
 
@@ -598,3 +620,75 @@ def test_no_legal_mapping_names_the_op_and_offers_only_fixes_that_are_off(run_cl
     assert "2.12 MB of SRAM" in err and "Traceback" not in err
     fix = err.split("fix:", 1)[1]
     assert "snapstream" not in fix and "more SRAM" in fix
+
+
+# --------------------------------------------------------------------------------------------
+# speculative decoding with a draft model
+
+SPEC_POINT = ("batch=1", "seq_len=8192", "snapstream.enabled=false")
+SPEC_DRAFT = (
+    "speculative.draft=llama-3.2-1b",
+    "speculative.draft_tokens=4",
+    "speculative.acceptance=0.8",
+)
+
+
+def test_speculative_decoding_on_llama_70b(run_cli):
+    plain = map_json(run_cli, "llama31_70b_decode", *SPEC_POINT)
+    report = map_json(run_cli, "llama31_70b_decode", *SPEC_POINT, *SPEC_DRAFT)
+    # (1 - 0.8^5) / (1 - 0.8) tokens accepted per step
+    assert report["tokens_per_step"] == pytest.approx(3.3616, abs=1e-12)
+    assert report["throughput_tokens_per_s"] > 2 * plain["throughput_tokens_per_s"]
+    sp = report["speculation"]
+    assert (sp["drafter"], sp["draft"], sp["draft_tokens"], sp["verified_tokens"]) == (
+        "model",
+        "llama-3.2-1b",
+        4,
+        5,
+    )
+    assert sp["draft_time_s"] + sp["verify_s"] == pytest.approx(report["total_latency_s"])
+    assert sp["draft_time_s"] == pytest.approx(4 * sp["draft_step_s"])
+    assert 0 < sp["draft_share"] < 1 and sp["draft_weights_bytes"] > 0
+    assert report["mtp"] is None  # the model has no MTP module drafting
+    assert plain["speculation"]["drafter"] == "none"
+
+
+def test_speculative_text_report(run_cli):
+    args = ["map", "llama31_70b_decode"]
+    for s in (*SPEC_POINT, *SPEC_DRAFT):
+        args += ["--set", s]
+    code, out, err = run_cli(args)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "speculative decoding: draft llama-3.2-1b, 4 drafts at acceptance 0.8" in text
+    assert "3.362 tokens/step" in text
+
+
+@pytest.mark.parametrize(
+    ("mapping", "change", "needles"),
+    [
+        ("llama31_70b_decode", "speculative.draft=llama-9b", ("speculative.draft", "not found")),
+        ("llama31_70b_decode", "speculative.acceptance=1.5", ("speculative.acceptance",)),
+        ("llama31_70b_decode", "speculative.draft_tokens=0", ("speculative.draft_tokens",)),
+        ("llama31_70b_prefill", "speculative.draft_tokens=4", ("applies to decode",)),
+        ("r1_decode", "speculative.draft_tokens=4", ("both mtp",)),
+    ],
+)
+def test_speculative_mistakes_are_user_errors(run_cli, mappings_dir, mapping, change, needles):
+    sets = [s for s in SPEC_DRAFT if s.split("=")[0] != change.split("=")[0]] + [change]
+    args = ["map", mapping]
+    for s in sets:
+        args += ["--set", s]
+    assert_user_error(run_cli(args), mappings_dir / f"{mapping}.yaml", *needles)
+
+
+def test_a_draft_with_another_vocabulary_is_a_user_error(run_cli, mappings_dir, tmp_path):
+    text = (mappings_dir.parent / "models" / "llama-3.2-1b.yaml").read_text(encoding="utf-8")
+    draft = tmp_path / "other-tokenizer.yaml"
+    draft.write_text(text.replace("vocab_size: 128256", "vocab_size: 32000"), encoding="utf-8")
+    args = ["map", "llama31_70b_decode", "--set", f"speculative.draft={draft}"]
+    for s in SPEC_DRAFT[1:]:
+        args += ["--set", s]
+    assert_user_error(
+        run_cli(args), mappings_dir / "llama31_70b_decode.yaml", "same tokenizer", "32000"
+    )

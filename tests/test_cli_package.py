@@ -72,6 +72,13 @@ def test_every_command_module_registers_its_commands() -> None:
     }
 
 
+def test_each_command_has_its_own_module() -> None:
+    """`rdusim.cli.commands.X` registers the command `X`, and only it."""
+    for cmd in COMMANDS:
+        module = getattr(cmd, "__name__", "")
+        assert _registered(cmd) == [module.rpartition(".")[2]], module
+
+
 def _registered(command: Command) -> list[str]:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()

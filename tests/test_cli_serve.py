@@ -4,6 +4,7 @@ the file, the key and a fix, and write nothing."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,38 @@ def test_text_report(run_cli, workload: Path) -> None:
     code, out, err = serve(run_cli, workload)
     assert code == 0, err
     assert "serving cli: 40 requests, 40 completed" in out
-    assert "prefill graph(s): 16384 tokens" in out
+    flat = " ".join(out.split())  # the graphs' line wraps
+    assert "prefill graph(s) run: 16384 tokens" in flat
+    # each graph's time with its interval, as the JSON gives them
+    data = json.loads(serve(run_cli, workload, "--json")[1])
+    step = data["intervals"]["graphs.decode_step_s"]
+    assert step["p05"] <= data["graphs"]["decode_step_s"] == step["p50"] <= step["p95"]
+    assert re.search(r"step \d+\.\d+ ms \(\d[\d.]*–\d[\d.]*\)", flat), flat
+
+
+def test_every_headline_number_of_the_json_has_its_interval(run_cli, workload: Path) -> None:
+    """TTFT, TPOT and end-to-end latency (each statistic), throughput, goodput, SLO attainment,
+    occupancy and both graphs' times each have {p05, p50, p95}: the point's run in the middle,
+    the two bounding members' runs at the ends; counts and settings have none."""
+    code, out, err = serve(run_cli, workload, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    iv = data["intervals"]
+    headline = [f"{m}.{s}" for m in ("ttft_s", "tpot_s", "e2e_s") for s in ("p50", "p90", "p99")]
+    headline += ["throughput_tokens_per_s", "goodput_requests_per_s", "slo_attainment"]
+    headline += ["mean_requests_in_system", "slot_occupancy.mean", "graphs.decode_step_s"]
+    headline += [f"graphs.prefill_s.{n}" for n in data["graphs"]["prefill_s"]]
+    for name in headline:
+        q = iv[name]
+        value = data
+        for part in name.split(".") if not name.startswith("graphs.prefill_s.") else []:
+            value = value[part]
+        if name.startswith("graphs.prefill_s."):
+            value = data["graphs"]["prefill_s"][name.rsplit(".", 1)[1]]
+        assert q["p05"] <= q["p50"] == value <= q["p95"], name
+    # the graphs' times move with the calibration: the two ends differ
+    assert iv["graphs.decode_step_s"]["p05"] < iv["graphs.decode_step_s"]["p95"]
+    assert "requests" not in iv and "arrival_rate" not in iv
 
 
 def test_json_has_the_issue_keys_and_is_reproducible(run_cli, workload: Path) -> None:
@@ -134,6 +166,8 @@ def test_too_long_prompts_write_nothing(run_cli, workload: Path, tmp_path: Path)
     ("args", "needles"),
     [
         (["--rate", "0,1"], ["--rate", "'0' is not an arrival rate"]),
+        (["--rate", "-1"], ["--rate", "'-1' is not an arrival rate", "above 0"]),
+        (["--rate=-0.5e1"], ["--rate", "'-0.5e1' is not an arrival rate"]),
         (["--rate", "1_000"], ["--rate", "'1_000' is not a number", "no underscores"]),
         (["--rate", "inf"], ["--rate", "'inf' is not a number"]),
         (["--rate", "nan"], ["--rate", "'nan' is not a number"]),
@@ -214,3 +248,37 @@ def test_a_workload_without_slo_runs_with_goodput_not_applicable(
         assert point["goodput_requests_per_s"] is None and point["settings"]["slo"] is None
         assert "not applicable" in point["goodput_note"]
     assert (tmp_path / "o" / "latency_cdf.png").exists()
+
+
+@pytest.mark.slow
+def test_the_coe_workload_switches_models_and_its_resident_variant_does_not(run_cli) -> None:
+    code, out, err = run_cli(["serve", "--workload", "coe", "--json"])
+    assert code == 0, err
+    doc = json.loads(out)
+    per = doc["per_model"]
+    assert len(per) >= 3
+    assert doc["model_switches"] > 0 and doc["switch_time_s"] > 0
+    assert sum(m["completed"] for m in per.values()) == doc["completed"] == doc["requests"]
+    code, out, err = run_cli(["serve", "--workload", "coe_resident", "--json"])
+    assert code == 0, err
+    resident = json.loads(out)
+    assert resident["model_switches"] == 0 and resident["switch_time_s"] == 0
+    assert len(resident["per_model"]) == len(per)
+
+
+def test_mappings_from_neither_the_command_nor_the_workload(run_cli, workload: Path) -> None:
+    result = run_cli(["serve", "--workload", str(workload)])
+    assert_user_error(result, "--prefill", "no prefill mapping")
+
+
+def test_mappings_from_both_the_command_and_the_workload(run_cli, tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        WORKLOAD.replace(
+            "deployment: {mode: disaggregated, prefill_nodes: 8, decode_nodes: 1, "
+            "prefill_buckets: [16384, 65536]}",
+            "models: [{model: llama-3.1-8b}]",
+        ),
+        encoding="utf-8",
+    )
+    assert_user_error(serve(run_cli, path), "--prefill", "names its models' mappings")

@@ -60,6 +60,15 @@ COMMANDS: dict[str, list[str]] = {
     ],
     "map r1_decode --ops": ["map", "r1_decode", "--ops"],
     "map r1_prefill --ops": ["map", "r1_prefill", "--ops"],
+    "map with DDR placement --ops": [
+        "map",
+        "llama31_8b_decode",
+        "--ops",
+        "--set",
+        "placement.dense=ddr",
+        "--set",
+        "placement.kv_cache=ddr",
+    ],
     "model deepseek-r1": ["model", "deepseek-r1"],
     "fit": ["fit", "deepseek-r1", "llama-3.1-70b", "llama-3.1-8b", "llama-3.1-405b"],
     "serve": [*SERVE, "r1_disaggregated"],
@@ -72,6 +81,7 @@ COMMANDS: dict[str, list[str]] = {
         "snapstream.enabled=true,false",
     ],
     "serve colocated": [*SERVE, "r1_colocated"],
+    "serve coe": ["serve", "--workload", "coe"],
     "sweep": [
         "sweep",
         "r1_decode",
@@ -199,6 +209,19 @@ def _check_serve(out: str, width: int, doc: dict[str, Any]) -> None:
     assert f"{doc['goodput_requests_per_s']:.4g} requests/s" in goodput
 
 
+def _check_models(out: str, width: int, doc: dict[str, Any]) -> None:
+    """A many-model run: the switches, each model's graphs, and a row per model with its
+    completed requests, median TTFT and switches."""
+    flat = _flat(out)
+    assert f"{doc['model_switches']} switches, {seconds(doc['switch_time_s'])} switching" in flat
+    lines = out.splitlines()
+    for name, m in doc["per_model"].items():
+        assert f"{name}: decode graph: {m['graphs']['decode_slots']} slots" in flat
+        row = [x for x in lines if x.startswith(name + " ") and f"{m['completed']:,}" in x]
+        assert row and seconds(m["ttft_s"]["p50"]) in row[0], (name, width)
+        assert f"{m['model_switches']} (" in row[0]
+
+
 def _check_grid(out: str, width: int, data: dict[str, Any]) -> None:
     """A row per run; narrower than the flat table, the runs stand under their --set values
     with a row per rate, and a line names any column left out."""
@@ -267,6 +290,7 @@ CHECKS: dict[str, Callable[[str, int, Any], None]] = {
     "map auto --alternatives 2": _check_map,
     "serve": _check_serve,
     "serve colocated": _check_serve,
+    "serve coe": _check_models,
     "serve --rate grid": _check_grid,
     "sweep": _check_sweep,
     "fit": _check_fit,

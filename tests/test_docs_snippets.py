@@ -144,7 +144,7 @@ def _expected(comment: str) -> tuple[bool, Any]:
         return False, None
     if isinstance(value, list) and Ellipsis in value[:-1]:
         return False, None
-    if isinstance(value, dict | tuple | set) and Ellipsis in repr(value):
+    if isinstance(value, dict | tuple | set) and "Ellipsis" in repr(value):
         return False, None
     return True, value
 

@@ -91,18 +91,24 @@ def phases(kernel: Kernel) -> dict[str, int]:
 
 
 def phase_memory_s(kernel: Kernel, hw: Hardware, phase: dict[str, int]) -> dict[int, float]:
-    """Each phase's memory floor: its ops' HBM bytes at the achieved bandwidth, or the bytes
-    of the collectives that feed them over the links, whichever is longer."""
+    """Each phase's memory floor: its ops' HBM bytes at the achieved bandwidth, their DDR bytes
+    at DDR's (a separate channel), or the bytes of the collectives that feed them over the
+    links, whichever is longest."""
     hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
     hbm: dict[int, float] = {}
     for p in kernel.ops:
         hbm[phase[p.name]] = hbm.get(phase[p.name], 0.0) + p.hbm_bytes / hbm_rate
+    ddr: dict[int, float] = {}
+    for p in kernel.ops:
+        ddr[phase[p.name]] = ddr.get(phase[p.name], 0.0) + p.ddr_bytes / hw.socket.ddr.bandwidth
     links: dict[int, float] = {}
     for c in kernel.collectives:
         at = c.dst if c.dst in phase else c.src
         k = phase.get(at, 0) if at is not None else 0
         links[k] = links.get(k, 0.0) + c.bytes / hw.links.p2p_bandwidth
-    return {k: max(hbm.get(k, 0.0), links.get(k, 0.0)) for k in set(hbm) | set(links)}
+    return {
+        k: max(hbm.get(k, 0.0), ddr.get(k, 0.0), links.get(k, 0.0)) for k in set(hbm) | set(links)
+    }
 
 
 def _by_work(work: dict[str, float], floor: dict[str, int], total: int) -> dict[str, int]:

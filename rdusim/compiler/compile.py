@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from rdusim.compiler.allocate import allocate, check_units
@@ -12,10 +12,13 @@ from rdusim.compiler.auto import auto_kernels
 from rdusim.compiler.collectives import Topology
 from rdusim.compiler.experts import ExpertLoading, Routing
 from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
-from rdusim.compiler.memory import check_sram, plan_hbm, plan_sram
+from rdusim.compiler.memory import check_sram, plan_memory, plan_sram
 from rdusim.compiler.program import (
+    DRAFTER_DEPLOYED_ROLES,
     Collective,
+    DDRPlan,
     ExtraRole,
+    HBMPlan,
     Kernel,
     LayerProgram,
     OpPlan,
@@ -28,12 +31,14 @@ from rdusim.compiler.sharding import (
     sharding_errors,
     walk,
 )
+from rdusim.compiler.tiers import Placement, part_of, place
 from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import ModelGraphs, build_model
 from rdusim.snapstream.config import SnapStreamConfig
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import (
+    DraftKernels,
     KernelSpec,
     MappingSpec,
     ResolvedMapping,
@@ -42,6 +47,8 @@ from rdusim.spec.mapping import (
     snapstream_sizes,
 )
 from rdusim.spec.model import ModelSpec
+from rdusim.spec.placement import Tier
+from rdusim.spec.speculation import Drafter, Speculation
 
 # A decode step's activations are a few rows; its kernels stream weights (and the cache) in
 # chunks a PMU holds, so a kernel has as many tiles as its largest op has PMU-sized chunks, and at
@@ -75,6 +82,7 @@ class CompileContext:
     phase: Phase
     tile_tokens: int  # default prefill tile rows
     routing: Routing = field(default_factory=Routing)
+    placement: Placement = field(default_factory=Placement)
 
 
 def _tiles(tiling: Tiling, ops: list[OpPlan], wl: Workload, ctx: CompileContext) -> tuple[int, int]:
@@ -82,7 +90,7 @@ def _tiles(tiling: Tiling, ops: list[OpPlan], wl: Workload, ctx: CompileContext)
     ops' HBM bytes in PMU-sized chunks, the largest op setting the count. A prefill kernel whose
     tokens fit one tile (the head, which reads only the last position) is a matrix-vector
     product like a decode kernel, and streams its weights in chunks the same way."""
-    largest = max((p.hbm_in_bytes for p in ops), default=0.0)
+    largest = max((p.memory_in_bytes for p in ops), default=0.0)
     chunks = math.ceil(largest / ctx.hw.socket.pmu_bytes)
     if ctx.phase == Phase.DECODE:
         return max(MIN_DECODE_TILES, chunks), wl.tokens
@@ -115,12 +123,15 @@ def build_kernels(
     check: bool = True,
     only: Collection[str] | None = None,
     layer_input: LayerInput | None = None,
+    part: str | None = None,
 ) -> list[Kernel]:
     """The kernels of one layer graph; `only` names the kernels to build (the sharding pass still
-    sees them all, since layouts and traffic at a kernel's edges depend on its neighbours), and
-    `layer_input` is the layer input's layout when a caller already knows it (`shard`)."""
+    sees them all, since layouts and traffic at a kernel's edges depend on its neighbours),
+    `layer_input` is the layer input's layout when a caller already knows it (`shard`), and
+    `part` the placement part whose tier holds the weights (default: `kind`, a layer kind)."""
     sctx = shard_context(fused, wl, ctx)
     sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, layer_input)
+    weights, cache = ctx.placement.weights_of(part or kind), ctx.placement.kv_cache
     kernels: list[Kernel] = []
     for fk in fused:
         if only is not None and fk.spec.name not in only:
@@ -128,6 +139,7 @@ def build_kernels(
         plans = sharded.kernel_plans(fk.ops, sctx.kv_blocks.get(fk.spec.name))
         collectives = sharded.kernel_collectives(plans)
         ops = list(plans.values())
+        place(ops, weights, cache)
         where = KernelPlace(fk.spec.name, fk.index, kind, fk.spec.tiling)
         kernels.append(assemble_kernel(graph, where, ops, collectives, wl, ctx, check))
     return kernels
@@ -225,7 +237,9 @@ def compile_context(rm: ResolvedMapping) -> CompileContext:
     tile = prefill_tile_tokens(
         rm.model.hidden_size, rm.model.bytes_of("activations"), hw.socket.pmu_bytes
     )
-    return CompileContext(hw, Phase(rm.spec.phase), tile, _routing(rm))
+    return CompileContext(
+        hw, Phase(rm.spec.phase), tile, _routing(rm), Placement.of(rm.spec.placement)
+    )
 
 
 def layer_workload(rm: ResolvedMapping, batch: int) -> Workload:
@@ -233,7 +247,7 @@ def layer_workload(rm: ResolvedMapping, batch: int) -> Workload:
     spec = rm.spec
     phase = Phase(spec.phase)
     ss = snapstream_sizes(spec, rm.source.file)
-    verified = spec.mtp.verified_tokens if phase == Phase.DECODE else 1
+    verified = spec.speculation.verified_tokens if phase == Phase.DECODE else 1
     return workload_for(phase, batch, spec.seq_len, ss, verified)
 
 
@@ -318,7 +332,9 @@ def _check_looping(kind: str, kernels: list[Kernel]) -> None:
 
 @dataclass(frozen=True)
 class _Extra:
-    """An extra graph to compile: its name in the program, role, workload and runs per step."""
+    """An extra graph to compile: its name in the program, role, workload and runs per step
+    (`count` identical layers of a draft model's kind, `looped` as one call when the mapping
+    loops its layers)."""
 
     name: str
     role: ExtraRole
@@ -326,17 +342,15 @@ class _Extra:
     workload: Workload
     runs: int = 1
     module: int | None = None
+    count: int = 1
+    looped: bool = False
+    kernels: list[KernelSpec] | None = None  # None: auto-mapped
 
 
 def _planned_extras(
-    spec: MappingSpec, graphs: ModelGraphs, main_wl: Workload, phase: Phase
+    rm: ResolvedMapping, graphs: ModelGraphs, main_wl: Workload, phase: Phase
 ) -> list[_Extra]:
-    """Embedding and LM head (once per prompt or step), and in decode the MTP module.
-
-    The MTP module drafts one token per run; with D modules in a chain, draft j is made by
-    module j mod D. Its runs see one token per sequence; a `scaled` step does not run it, but its
-    weights and cache stay deployed (they count in the HBM plan).
-    """
+    """Embedding and LM head (once per prompt or step), and in decode the drafter's parts."""
     b = main_wl.batch
     decode = phase == Phase.DECODE
     head_wl = main_wl if decode else Workload(b, 1, 1)
@@ -344,16 +358,33 @@ def _planned_extras(
         _Extra("embedding", ExtraRole.EMBEDDING, graphs.embedding, main_wl),
         _Extra("head", ExtraRole.HEAD, graphs.head, head_wl),
     ]
-    if not (decode and spec.mtp.uses_module and graphs.mtp):
+    if not decode:
         return plan
-    one = Workload(b, 1, main_wl.kv)
+    drafter = rm.spec.speculation.drafter
+    return plan + DRAFTERS[drafter](rm, graphs, Workload(b, 1, main_wl.kv))
+
+
+def _no_drafter(rm: ResolvedMapping, graphs: ModelGraphs, one: Workload) -> list[_Extra]:
+    return []
+
+
+def _mtp_parts(rm: ResolvedMapping, graphs: ModelGraphs, one: Workload) -> list[_Extra]:
+    """The MTP module drafts one token per run; with D modules in a chain, draft j is made by
+    module j mod D. Its runs see one token per sequence; a `scaled` step does not run it, but its
+    weights and cache stay deployed (they count in the HBM plan). Its decoder layer is a MoE
+    layer, mapped like the others when the mapping lists MoE kernels."""
+    if not graphs.mtp:
+        return []
+    spec = rm.spec
+    moe = spec.kernels.get("moe") if isinstance(spec.kernels, dict) else None
     modules = len(graphs.mtp)
-    drafts = spec.mtp.module_runs
+    drafts = spec.speculation.draft_runs
+    plan = []
     for i, module in enumerate(graphs.mtp):
         runs = len(range(i, drafts, modules))
         plan += [
             _Extra(f"mtp{i}_proj", ExtraRole.MTP_PROJECTION, module.projection, one, runs, i),
-            _Extra(f"mtp{i}_layer", ExtraRole.MTP_LAYER, module.layer, one, runs, i),
+            _Extra(f"mtp{i}_layer", ExtraRole.MTP_LAYER, module.layer, one, runs, i, kernels=moe),
         ]
     if drafts:
         # each draft embeds the token it extends and reads logits for the next
@@ -364,41 +395,132 @@ def _planned_extras(
     return plan
 
 
-def _extras(
-    spec: MappingSpec,
-    graphs: ModelGraphs,
-    main_wl: Workload,
-    ctx: CompileContext,
-) -> dict[str, LayerProgram]:
-    """The extras' kernels: an MTP module's decoder layer is a MoE layer, mapped like the
-    others when the mapping lists MoE kernels; everything else is auto-mapped."""
-    moe = spec.kernels.get("moe") if isinstance(spec.kernels, dict) else None
-    extras: dict[str, LayerProgram] = {}
-    for e in _planned_extras(spec, graphs, main_wl, ctx.phase):
-        g, wl = e.graph, e.workload
-        if e.role == ExtraRole.MTP_LAYER and moe is not None:
-            kspecs = moe
-        else:
-            kspecs = _auto(g, e.name, wl, ctx)
-        kernels = build_kernels(g, fuse(g, kspecs, e.name), e.name, wl, ctx)
-        extras[e.name] = LayerProgram(
-            e.name, 1, g, kernels, wl, runs=e.runs, role=e.role, module=e.module
+def _draft_model_parts(rm: ResolvedMapping, graphs: ModelGraphs, one: Workload) -> list[_Extra]:
+    """A draft model's decode step, k times per step: its embedding, its decoder layers and its
+    head at the batch, one token per sequence, over caches of the target's length (SnapStream's
+    compressed length when it is on: the draft keeps the same positions). Its layers run the
+    target mapping's kernels for their kind (`speculative.kernels: target`; a kind the mapping
+    does not list is auto-mapped) and loop as the target's do; `auto` auto-maps them all."""
+    spec, draft = rm.spec, rm.draft
+    assert spec.speculative is not None and draft is not None
+    k = spec.speculative.draft_tokens
+    ss = snapstream_sizes(spec, rm.source.file)
+    dg = build_model(draft, Phase.DECODE, ss)
+    target_kernels = spec.speculative.kernels == DraftKernels.TARGET
+    listed = spec.kernels if isinstance(spec.kernels, dict) and target_kernels else {}
+    plan = [_Extra("draft_embedding", ExtraRole.DRAFT_EMBEDDING, dg.embedding, one, k)]
+    for kind, graph in dg.layers.items():
+        count = dg.layer_counts[kind]
+        plan.append(
+            _Extra(
+                f"draft_{kind}",
+                ExtraRole.DRAFT_LAYER,
+                graph,
+                one,
+                k,
+                count=count,
+                looped=spec.kernel_looping and count > 1,
+                kernels=listed.get(kind),
+            )
         )
-    return extras
+    plan.append(_Extra("draft_head", ExtraRole.DRAFT_HEAD, dg.head, one, k))
+    return plan
+
+
+# One planner per drafter: what a decode step runs besides the target to draft its tokens.
+DRAFTERS: dict[Drafter, Callable[[ResolvedMapping, ModelGraphs, Workload], list[_Extra]]] = {
+    Drafter.NONE: _no_drafter,
+    Drafter.MTP: _mtp_parts,
+    Drafter.MODEL: _draft_model_parts,
+}
+
+
+def _extra_program(rm: ResolvedMapping, e: _Extra, ctx: CompileContext) -> LayerProgram:
+    """One extra's kernels: the mapping's where the plan names them, else auto-mapped. A draft
+    layer loops only as one kernel (an auto-mapped layer of several kernels runs unlooped)."""
+    g, wl = e.graph, e.workload
+    kspecs = e.kernels if e.kernels is not None else _auto(g, e.name, wl, ctx)
+    try:
+        part = part_of(e.name, e.role)
+        kernels = build_kernels(g, fuse(g, kspecs, e.name), e.name, wl, ctx, part=part)
+    except (SpecError, SpecErrors) as exc:
+        if e.role != ExtraRole.DRAFT_LAYER or e.kernels is None:
+            raise
+        raise _draft_kernels_error(rm, e, exc) from None
+    looped = e.looped and len(kernels) == 1
+    if looped:
+        kernels = [looped_form(k, ctx.hw) for k in kernels]
+    return LayerProgram(
+        e.name, e.count, g, kernels, wl, runs=e.runs, looped=looped, role=e.role, module=e.module
+    )
+
+
+def _draft_kernels_error(rm: ResolvedMapping, e: _Extra, exc: SpecError | SpecErrors) -> SpecError:
+    first = exc.errors[0] if isinstance(exc, SpecErrors) else exc
+    kind = e.name.removeprefix("draft_")
+    name = rm.draft.name if rm.draft is not None else "the draft"
+    return SpecError(
+        f"the draft {name}'s {kind} layers cannot run the mapping's {kind} kernels: "
+        f"{first.problem}",
+        key="speculative.kernels",
+        path=("speculative",),
+        fix="set speculative.kernels: auto (the draft's graphs auto-mapped), or choose a draft "
+        "whose layers have the target's op names (a smaller model of the same family)",
+    )
+
+
+def _extras(
+    rm: ResolvedMapping, graphs: ModelGraphs, main_wl: Workload, ctx: CompileContext
+) -> dict[str, LayerProgram]:
+    """The extras' kernels, by name in the program."""
+    return {
+        e.name: _extra_program(rm, e, ctx) for e in _planned_extras(rm, graphs, main_wl, ctx.phase)
+    }
 
 
 def _deployed(
     layers: dict[str, LayerProgram], extras: dict[str, LayerProgram]
 ) -> list[LayerProgram]:
-    """What holds weights (and cache) in HBM: the layers, the MTP modules, embedding and head."""
-    mtp = (ExtraRole.MTP_PROJECTION, ExtraRole.MTP_LAYER)
+    """What holds weights (and cache) in HBM: the layers, the drafter's own parts (MTP modules,
+    a draft model), embedding and head."""
     by_role = {e.role: e for e in extras.values()}
     return [
         *layers.values(),
-        *[e for e in extras.values() if e.role in mtp],
+        *_drafter_deployed(extras),
         by_role[ExtraRole.EMBEDDING],
         by_role[ExtraRole.HEAD],
     ]
+
+
+def _drafter_deployed(extras: dict[str, LayerProgram]) -> list[LayerProgram]:
+    return [e for e in extras.values() if e.role in DRAFTER_DEPLOYED_ROLES]
+
+
+def _memory(
+    layers: dict[str, LayerProgram],
+    extras: dict[str, LayerProgram],
+    hw: Hardware,
+    wl: Workload,
+    phase: Phase,
+    snap_kv: int | None,
+    kv_tier: Tier,
+) -> tuple[HBMPlan, DDRPlan]:
+    """The HBM and DDR plans of everything deployed, with the drafter's own weights and cache
+    in HBM named."""
+    hbm, ddr = plan_memory(_deployed(layers, extras), hw, wl, phase, snap_kv, kv_tier)
+    drafter = _drafter_deployed(extras)
+    if not drafter:
+        return hbm, ddr
+    own, _ = plan_memory(drafter, hw, wl, phase, snap_kv, kv_tier)
+    return dataclasses.replace(hbm, draft_weights=own.weights, draft_kv_cache=own.kv_cache), ddr
+
+
+def _speculation(rm: ResolvedMapping) -> Speculation:
+    """The step's speculation as compiled: a draft model named by its model name."""
+    sp = rm.spec.speculation
+    if sp.drafter == Drafter.MODEL and rm.draft is not None:
+        return dataclasses.replace(sp, draft=rm.draft.name)
+    return sp
 
 
 def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
@@ -437,12 +559,14 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
             layers[kind] = LayerProgram(kind, count, graph, kernels, wl, looped=looped)
         if errors:
             raise _together(errors)
-        extras = _extras(spec, graphs, wl, ctx)
+        extras = _extras(rm, graphs, wl, ctx)
     except SpecErrors as many:
         raise SpecErrors([rm.source.locate(e) for e in many.errors]) from None
     except SpecError as exc:
         raise rm.source.locate(exc) from None
-    hbm = plan_hbm(_deployed(layers, extras), hw, wl, phase, ss.slots if ss else None)
+    deployed = _deployed(layers, extras)
+    kv_tier = rm.spec.placement.kv_cache
+    hbm, ddr = _memory(layers, extras, hw, wl, phase, ss.slots if ss else None, kv_tier)
     return Program(
         mapping=spec.name or rm.source.file,
         model=rm.model.name,
@@ -454,11 +578,18 @@ def compile_mapping(rm: ResolvedMapping, batch: int | None = None) -> Program:
         layers=layers,
         extras=extras,
         hbm=hbm,
+        ddr=ddr,
         kv_len=wl.kv if phase == Phase.DECODE else (ss.slots if ss else spec.seq_len),
         snapstream=ss is not None,
         tokens_per_step=spec.tokens_per_step,
         orchestration=spec.orchestration.value,
         mtp_mode=spec.mtp.mode.value,
         draft_tokens=spec.mtp.draft_tokens,
+        speculation=_speculation(rm),
         expert_loading=spec.moe.expert_loading.value,
+        weight_tiers={
+            part_of(lp.kind, lp.role): ctx.placement.weights_of(part_of(lp.kind, lp.role))
+            for lp in deployed
+        },
+        kv_tier=kv_tier,
     )

@@ -1,14 +1,16 @@
-"""Memory planning: on-chip buffers per op and kernel (SRAM), and the HBM budget per socket."""
+"""Memory planning: on-chip buffers per op and kernel (SRAM), and the HBM and DDR budgets per
+socket (each op's weights and the KV cache in the tier `placement:` gives them)."""
 
 from __future__ import annotations
 
-from rdusim.compiler.program import HBMPlan, Kernel, LayerProgram, OpPlan
+from rdusim.compiler.program import DDRPlan, HBMPlan, Kernel, LayerProgram, OpPlan
 from rdusim.compiler.sharding import cache_share, kv_input_share
 from rdusim.errors import InfeasibleError
 from rdusim.ir.attrs import AttentionAttrs
 from rdusim.ir.graph import CostClass, Graph, Op, Phase, TensorKind, Workload
 from rdusim.ir.model import attention_window, cache_bytes
 from rdusim.spec.hardware import Hardware
+from rdusim.spec.placement import Tier
 from rdusim.spec.yamlio import kernel_key
 
 # A blocking op (softmax over a whole row, a sort) holds its entire input before emitting; an
@@ -89,9 +91,11 @@ def check_sram(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> No
         path: tuple[str | int, ...] = (
             ("kernels", kind, index, "tiling") if index is not None else ()
         )
+        over = kernel.sram_bytes - hw.socket.sram_bytes
         raise InfeasibleError(
             f"kernel {kernel.name!r} needs {kernel.sram_bytes / 1e6:.3g} MB of SRAM per socket, "
-            f"more than the {hw.socket.sram_bytes / 1e6:.3g} MB a socket has",
+            f"more than the {hw.socket.sram_bytes / 1e6:.3g} MB a socket has "
+            f"({over / 1e6:.3g} MB over)",
             key=kernel_key(path, kernel.name) if index is not None else None,
             path=path or None,
             fix="use smaller tiles (tiling.tile_tokens, tiling.kv_block), shard wider, "
@@ -113,10 +117,52 @@ def kv_share(layer: LayerProgram, sockets: int, wl: Workload) -> float:
 def plan_hbm(
     layers: list[LayerProgram], hw: Hardware, wl: Workload, phase: Phase, snap_kv: int | None
 ) -> HBMPlan:
-    """Weights (shards), KV cache and inter-kernel workspace per socket."""
-    weights = sum(
-        lp.count * sum(p.weight_bytes for k in lp.kernels for p in k.ops) for lp in layers
+    """Weights (shards), KV cache and inter-kernel workspace per socket, all in HBM."""
+    return plan_memory(layers, hw, wl, phase, snap_kv)[0]
+
+
+def plan_memory(
+    layers: list[LayerProgram],
+    hw: Hardware,
+    wl: Workload,
+    phase: Phase,
+    snap_kv: int | None,
+    kv_tier: Tier = Tier.HBM,
+) -> tuple[HBMPlan, DDRPlan]:
+    """Per socket, HBM's weights, KV cache and workspace, and DDR's weights and KV cache: each
+    op's weight shard in its op's tier, the cache in `kv_tier`, the workspace in HBM. HBM is
+    what the runtime leaves usable (`calibration.hbm_usable_fraction`); DDR counts whole, since
+    no published figure says what the runtime keeps of it."""
+    weights = {
+        tier: sum(
+            lp.count
+            * sum(p.weight_bytes for k in lp.kernels for p in k.ops if p.weight_tier == tier)
+            for lp in layers
+        )
+        for tier in Tier
+    }
+    kv = _kv_bytes(layers, hw, wl, phase, snap_kv)
+    workspace = _workspace_bytes(layers)
+    capacity = hw.socket.hbm.capacity_bytes * hw.calibration.hbm_usable_fraction
+    in_hbm = kv_tier == Tier.HBM
+    hbm = HBMPlan(
+        capacity=capacity,
+        weights=weights[Tier.HBM],
+        kv_cache=kv if in_hbm else 0.0,
+        workspace=workspace,
     )
+    ddr = DDRPlan(
+        capacity=hw.socket.ddr.capacity_bytes,
+        weights=weights[Tier.DDR],
+        kv_cache=0.0 if in_hbm else kv,
+    )
+    return hbm, ddr
+
+
+def _kv_bytes(
+    layers: list[LayerProgram], hw: Hardware, wl: Workload, phase: Phase, snap_kv: int | None
+) -> float:
+    """The KV cache per socket: decode's sequences, or the prompt's finished cache."""
     kv = 0.0
     for lp in layers:
         if not any(p.traits.is_attention for k in lp.kernels for p in k.ops):
@@ -125,13 +171,18 @@ def plan_hbm(
             kv += lp.count * cache_bytes(lp.graph, wl) * kv_share(lp, hw.sockets, wl)
         else:
             # the prompt's cache (compressed, with SnapStream; at most a sliding window) waits in
-            # HBM for the decode node
+            # its tier for the decode node
             kept = snap_kv if snap_kv is not None else wl.kv
             window = attention_window(lp.graph)
             kept = kept if window is None else min(kept, window)
             per_tok = cache_bytes(lp.graph, Workload(1, 1, 1))
             kv += lp.count * wl.batch * kept * per_tok / hw.sockets
-    workspace = max(
+    return kv
+
+
+def _workspace_bytes(layers: list[LayerProgram]) -> float:
+    """The largest layer's inter-kernel activations written to HBM (caches aside)."""
+    return max(
         (
             sum(
                 p.hbm_write
@@ -146,5 +197,3 @@ def plan_hbm(
         ),
         default=0.0,
     )
-    capacity = hw.socket.hbm.capacity_bytes * hw.calibration.hbm_usable_fraction
-    return HBMPlan(capacity=capacity, weights=weights, kv_cache=kv, workspace=workspace)

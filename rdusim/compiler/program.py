@@ -23,6 +23,8 @@ from rdusim.ir.graph import (
     Workload,
 )
 from rdusim.snapstream.onchip import CacheUpdate
+from rdusim.spec.placement import Tier
+from rdusim.spec.speculation import Speculation
 
 
 class Layout(StrEnum):
@@ -43,6 +45,35 @@ class ExtraRole(StrEnum):
     MTP_LAYER = "mtp_layer"  # an MTP module's MoE decoder layer
     MTP_EMBEDDING = "mtp_embedding"  # the embedding again, once per draft token
     MTP_HEAD = "mtp_head"  # the head again, once per draft token
+    DRAFT_EMBEDDING = "draft_embedding"  # a draft model's embedding, once per draft token
+    DRAFT_LAYER = "draft_layer"  # a draft model's decoder layers of one kind, once per draft
+    DRAFT_HEAD = "draft_head"  # a draft model's LM head, once per draft token
+
+
+# What drafts a step's tokens (`rdusim.spec.speculation`): the MTP module or a draft model. Their
+# time is the step's drafting; the rest verifies.
+DRAFTING_ROLES = frozenset(
+    {
+        ExtraRole.MTP_PROJECTION,
+        ExtraRole.MTP_LAYER,
+        ExtraRole.MTP_EMBEDDING,
+        ExtraRole.MTP_HEAD,
+        ExtraRole.DRAFT_EMBEDDING,
+        ExtraRole.DRAFT_LAYER,
+        ExtraRole.DRAFT_HEAD,
+    }
+)
+# The drafter's parts that hold weights (and cache) of their own in HBM (the MTP module shares
+# the model's embedding and head; a draft model has its own).
+DRAFTER_DEPLOYED_ROLES = frozenset(
+    {
+        ExtraRole.MTP_PROJECTION,
+        ExtraRole.MTP_LAYER,
+        ExtraRole.DRAFT_EMBEDDING,
+        ExtraRole.DRAFT_LAYER,
+        ExtraRole.DRAFT_HEAD,
+    }
+)
 
 
 @dataclass
@@ -53,9 +84,11 @@ class OpPlan:
     strategy: str  # tp | dp | ep | replicate
     degree: int
     flops: float  # arithmetic on one socket (element ops for SIMD)
-    hbm_read: float  # activation/cache bytes read from HBM
+    # activation and cache bytes read from memory, and written: from and to HBM, except the
+    # cache's part (`cache_read`, `cache_write`) when the cache lives in DDR (`cache_tier`)
+    hbm_read: float
     hbm_write: float
-    weight_bytes: float  # this socket's shard of the op's weights (resident in HBM)
+    weight_bytes: float  # this socket's shard of the op's weights (resident in `weight_tier`)
     stream_in: float  # bytes arriving on chip from producers inside the kernel
     stream_out: float
     in_layouts: tuple[Layout, ...] = ()
@@ -71,6 +104,11 @@ class OpPlan:
     weight_read_bytes: float | None = None
     seq_split: int = 1  # sockets each sequence's cached positions are split over (split-KV)
     experts_touched: float | None = None  # expected distinct routed experts per execution
+    cache_read: float = 0.0  # of hbm_read: bytes read from the KV cache
+    lookup_read: float = 0.0  # of hbm_read: rows a lookup reads from its own weight table
+    cache_write: float = 0.0  # of hbm_write: bytes written into the KV cache
+    weight_tier: Tier = Tier.HBM  # where its weights live (`placement:`)
+    cache_tier: Tier = Tier.HBM  # where the KV cache it reads or writes lives
 
     @property
     def traits(self) -> KindTraits:
@@ -85,15 +123,45 @@ class OpPlan:
         return self.weight_bytes if self.weight_read_bytes is None else self.weight_read_bytes
 
     @property
-    def hbm_in_bytes(self) -> float:
-        """Bytes its loader brings from HBM per execution: activations and cache, streamed
-        weights, and a spilled input read back."""
+    def memory_in_bytes(self) -> float:
+        """Bytes its loader brings on chip per execution, from either tier: activations and
+        cache, streamed weights, and a spilled input read back."""
         return self.hbm_read + self.streamed_weight_bytes + self.spill_bytes
+
+    @property
+    def hbm_in_bytes(self) -> float:
+        """Of `memory_in_bytes`, those read from HBM (a spill always goes through HBM)."""
+        weights = self.streamed_weight_bytes if self.weight_tier == Tier.HBM else 0.0
+        return (self.hbm_read - self._ddr_read) + weights + self.spill_bytes
+
+    @property
+    def ddr_in_bytes(self) -> float:
+        """Of `memory_in_bytes`, those read from DDR: weights (streamed, or a lookup's rows)
+        and cache placed there."""
+        weights = self.streamed_weight_bytes if self.weight_tier == Tier.DDR else 0.0
+        return weights + self._ddr_read
+
+    @property
+    def _ddr_read(self) -> float:
+        """Of `hbm_read`, the bytes that come from DDR: cache and lookup rows placed there."""
+        cache = self.cache_read if self.cache_tier == Tier.DDR else 0.0
+        rows = self.lookup_read if self.weight_tier == Tier.DDR else 0.0
+        return cache + rows
+
+    @property
+    def ddr_write(self) -> float:
+        """Of `hbm_write`, the bytes written into a KV cache placed in DDR."""
+        return min(self.cache_write, self.hbm_write) if self.cache_tier == Tier.DDR else 0.0
 
     @property
     def hbm_bytes(self) -> float:
         """Every byte the op moves over HBM per execution, reads and writes."""
-        return self.hbm_in_bytes + self.hbm_write
+        return self.hbm_in_bytes + (self.hbm_write - self.ddr_write)
+
+    @property
+    def ddr_bytes(self) -> float:
+        """Every byte the op moves over DDR per execution, reads and writes."""
+        return self.ddr_in_bytes + self.ddr_write
 
     @property
     def sharding_label(self) -> str:
@@ -131,6 +199,11 @@ class Kernel:
     @property
     def streamed_weight_bytes(self) -> float:
         return sum(p.streamed_weight_bytes for p in self.ops)
+
+    @property
+    def ddr_bytes(self) -> float:
+        """Bytes the kernel moves over DDR per execution."""
+        return sum(p.ddr_bytes for p in self.ops)
 
     @property
     def pcus(self) -> int:
@@ -193,10 +266,30 @@ class HBMPlan:
     weights: float
     kv_cache: float
     workspace: float
+    draft_weights: float = 0.0  # of `weights`: the drafter's own (MTP module or draft model)
+    draft_kv_cache: float = 0.0  # of `kv_cache`: the drafter's
 
     @property
     def used(self) -> float:
         return self.weights + self.kv_cache + self.workspace
+
+    @property
+    def fits(self) -> bool:
+        return self.used <= self.capacity
+
+
+@dataclass
+class DDRPlan:
+    """DDR per socket: its capacity, and the weights and KV cache placed there (`placement:`).
+    No workspace: kernels exchange activations through HBM."""
+
+    capacity: float
+    weights: float
+    kv_cache: float
+
+    @property
+    def used(self) -> float:
+        return self.weights + self.kv_cache
 
     @property
     def fits(self) -> bool:
@@ -213,15 +306,25 @@ class Program:
     workload: Workload
     sockets: int
     layers: dict[str, LayerProgram]
-    extras: dict[str, LayerProgram]  # embedding, head, mtp: run once per step/prompt
+    extras: dict[str, LayerProgram]  # embedding, head, the drafter's parts (MTP or draft model)
     hbm: HBMPlan
+    ddr: DDRPlan
     kv_len: int  # cache positions per sequence (compressed length with SnapStream)
     snapstream: bool
     tokens_per_step: float  # tokens accepted per sequence and step (decode)
     orchestration: str = "hardware"  # who issues kernel calls: software | hardware
     mtp_mode: str = "verify"  # verify: drafts verified as work | scaled: a reported multiplier
-    draft_tokens: int = 0
+    draft_tokens: int = 0  # MTP drafts per step (`mtp.draft_tokens`)
+    speculation: Speculation = field(default_factory=Speculation)  # the step's drafter, k, a
     expert_loading: str = "touched"  # which routed experts a step streams: touched | all
+    # the tier of each deployed part's weights (`placement:` parts) and of the KV cache
+    weight_tiers: dict[str, Tier] = field(default_factory=dict)
+    kv_tier: Tier = Tier.HBM
+
+    @property
+    def fits(self) -> bool:
+        """Whether the plan fits every socket's HBM and DDR."""
+        return self.hbm.fits and self.ddr.fits
 
     def all_layers(self) -> list[LayerProgram]:
         return [*self.layers.values(), *self.extras.values()]

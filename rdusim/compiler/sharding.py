@@ -24,7 +24,7 @@ from rdusim.compiler.program import Collective, Layout, OpPlan
 from rdusim.errors import SpecError
 from rdusim.ir import ops as costs
 from rdusim.ir.attrs import AttentionAttrs, ElementwiseAttrs, GemmAttrs, head_count, window_of
-from rdusim.ir.graph import Graph, Op, TensorKind, TPMode, Workload
+from rdusim.ir.graph import CostClass, Graph, Op, TensorKind, TPMode, Workload
 from rdusim.spec.mapping import Sharding
 from rdusim.spec.yamlio import kernel_key
 
@@ -411,6 +411,7 @@ class OpBase:
     cache_read: float
     read_replaces_inputs: bool  # an explicit read shape stands for the activation reads
     written: float  # bytes its outputs hold on one socket
+    cache_write_share: float  # of what it writes to HBM, the part that goes into a KV cache
     consumers: frozenset[str]
     always_written: bool  # an output is the layer's, or a cache
     flash: _FlashReread
@@ -432,6 +433,7 @@ class OpBase:
         plan.hbm_read = hbm_read + self.cache_read
         plan.stream_in = stream_in
         plan.hbm_write = self.written if leaves else 0.0
+        plan.cache_write = plan.hbm_write * self.cache_write_share
         return plan
 
     def key(self) -> str:
@@ -446,6 +448,7 @@ class OpBase:
                 self.cache_read,
                 self.read_replaces_inputs,
                 self.written,
+                self.cache_write_share,
                 consumers,
                 self.always_written,
                 self.flash.key(),
@@ -512,12 +515,14 @@ def _op_base(
     template = OpPlan(
         name=op.name,
         kind=op.kind,
-        cost_class=op.cost_class,
+        cost_class=costs.cost_class_of(op),
         strategy=sh.strategy,
         degree=sh.degree,
         flops=flops * frac,
         hbm_read=0.0,
         hbm_write=0.0,
+        cache_read=cache_read if _reads_cache(graph, op) else 0.0,
+        lookup_read=cache_read if _looks_up_weights(op) else 0.0,
         weight_bytes=op.weight_bytes() * weight_share,
         stream_in=0.0,
         stream_out=out_bytes * out_share,
@@ -534,6 +539,7 @@ def _op_base(
         cache_read=cache_read,
         read_replaces_inputs=op.read is not None and op.traits.read_replaces_inputs,
         written=out_bytes * out_share,
+        cache_write_share=_cache_share_of_outputs(graph, op, wl),
         consumers=frozenset(c for t in op.outputs for c in graph.consumers(t)),
         always_written=any(not graph.consumers(t) for t in op.outputs)
         or any(graph.tensors[t].kind == TensorKind.CACHE for t in op.outputs),
@@ -558,6 +564,27 @@ def _walk_op(
         elif sh.seq_split > 1:
             st.partial_groups[t] = (sh.seq_split, _share(T, sh.degree, ctx.workload.batch))
     return need, out
+
+
+def _reads_cache(graph: Graph, op: Op) -> bool:
+    """Whether the op's explicit read shape reads a KV cache (attention over it, a gather from
+    it), rather than an activation."""
+    return any(graph.tensors[t].kind == TensorKind.CACHE for t in op.inputs)
+
+
+def _looks_up_weights(op: Op) -> bool:
+    """Whether the op's explicit read shape is rows of its own weights (the embedding table)."""
+    return costs.cost_class_of(op) == CostClass.MEMORY and bool(op.weights) and op.read is not None
+
+
+def _cache_share_of_outputs(graph: Graph, op: Op, wl: Workload) -> float:
+    """The fraction of the op's output bytes that go into a KV cache (its writes' tier follows
+    the cache's)."""
+    env = wl.env()
+    sizes = [(graph.tensors[t].nbytes(env), graph.tensors[t].kind) for t in op.outputs]
+    total = sum(size for size, _ in sizes)
+    cache = sum(size for size, kind in sizes if kind == TensorKind.CACHE)
+    return cache / total if total > 0 else 0.0
 
 
 def _apply_expert_routing(

@@ -16,6 +16,9 @@ the same physics in a few passes over the kernel's ops:
   at or after r), which is exact for any work-conserving order. The channel serves its waiting
   loaders a tile each in turn, so they share one tile rate unless their op consumes slower; an op
   the channel paces (its loads, not its compute, set its rate) finishes with its phase's reads.
+- **DDR** (the weights and cache `placement:` puts there) is a second channel of its own, at its
+  peak bandwidth, timed the same way: its own jobs, makespan and tile rate. A tile that needs
+  bytes from both tiers has them when the slower channel has delivered; the two overlap.
 - **Calls** cost what `rdusim.cost.calls` says; a looped call pays one fill and drain and repeats
   at the loop's period: when the next iteration's weights stream in during this one
   (`prefetch_iteration`), the longer of the iteration's HBM work and its pipeline with the
@@ -61,6 +64,7 @@ class KernelEstimate:
     executions: int
     hbm_s: float  # the channel's work per execution
     p2p_s: float  # the links' work per execution
+    ddr_s: float = 0.0  # DDR's work per execution
 
     @property
     def call_time_s(self) -> float:
@@ -142,13 +146,20 @@ class _Feed:
 
 class _Stage(NamedTuple):
     """One op as the pipeline sees it: whether it blocks, and per execution (all its tiles) its
-    compute, its loads from HBM and its writes to HBM, in seconds."""
+    compute, its loads from HBM and its writes to HBM, and its loads and writes over DDR, in
+    seconds."""
 
     name: str
     blocking: bool
     compute_s: float
     load_s: float
     write_s: float
+    ddr_load_s: float = 0.0
+    ddr_write_s: float = 0.0
+
+    def on_ddr(self) -> _Stage:
+        """The stage as the DDR channel sees it: its DDR loads and writes in place of HBM's."""
+        return self._replace(load_s=self.ddr_load_s, write_s=self.ddr_write_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +185,12 @@ class _Arrival(NamedTuple):
 @dataclass(slots=True)
 class _Timeline:
     """What the phases timed so far have fixed: each op's start (its first tile begins) and end
-    (its last tile is done), and the HBM channel's (release, work) jobs."""
+    (its last tile is done), and the HBM and DDR channels' (release, work) jobs."""
 
     start: dict[str, float] = field(default_factory=dict)
     end: dict[str, float] = field(default_factory=dict)
     jobs: list[tuple[float, float]] = field(default_factory=list)
+    ddr_jobs: list[tuple[float, float]] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------ the kernel as stages
@@ -213,11 +225,18 @@ def _feeds(kernel: Kernel, hw: Hardware) -> dict[str, list[_Feed]]:
 
 def _stages(ops: Iterable[OpPlan], hw: Hardware) -> dict[str, _Stage]:
     """Each op's whole compute, HBM loads (activations, streamed weights, spills) and HBM
-    writes in seconds, in the order given."""
+    writes, and its DDR loads and writes, in seconds, in the order given."""
     hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
+    ddr_rate = hw.socket.ddr.bandwidth  # peak: no achieved fraction is published
     return {
         p.name: _Stage(
-            p.name, p.blocking, _compute_s(p, hw), p.hbm_in_bytes / hbm_rate, p.hbm_write / hbm_rate
+            p.name,
+            p.blocking,
+            _compute_s(p, hw),
+            p.hbm_in_bytes / hbm_rate,
+            (p.hbm_write - p.ddr_write) / hbm_rate,
+            p.ddr_in_bytes / ddr_rate,
+            p.ddr_write / ddr_rate,
         )
         for p in ops
     }
@@ -269,10 +288,10 @@ def _feed_arrival(pl: _Pipeline, t: _Timeline, f: _Feed) -> _Arrival:
 
 def _arrival(pl: _Pipeline, t: _Timeline, s: _Stage) -> _Arrival:
     """When op `s`'s first input tile and its last are on chip: the latest over its loader
-    (a tile of loads; it holds back no last tile), its in-kernel producers (their first tile
-    out, their end) and its collectives."""
+    (a tile of loads over the slower of its two channels; it holds back no last tile), its
+    in-kernel producers (their first tile out, their end) and its collectives."""
     n = pl.tiles
-    first, last = s.load_s / n, 0.0
+    first, last = max(s.load_s, s.ddr_load_s) / n, 0.0
     for u in pl.producers.get(s.name, ()):
         first = max(first, t.start[u] + pl.stages[u].compute_s / n)
         last = max(last, t.end[u])
@@ -364,8 +383,15 @@ def _time_phase(pl: _Pipeline, t: _Timeline, k: int) -> None:
     t.jobs.extend(_hbm_jobs(pl, t, ops))
     reads_done = _makespan(t.jobs)
     rate = _phase_tile_rate(ops, pl.tiles)
-    for s in ops:  # a saturated channel holds back every reader it paces
-        t.end[s.name] = _end_s(pl, t, s, last_input[s.name], reads_done, rate)
+    on_ddr = [s.on_ddr() for s in ops]
+    t.ddr_jobs.extend(_hbm_jobs(pl, t, on_ddr))
+    ddr_done = _makespan(t.ddr_jobs)
+    ddr_rate = _phase_tile_rate(on_ddr, pl.tiles)
+    for s, d in zip(ops, on_ddr, strict=True):  # a saturated channel holds back what it paces
+        end = _end_s(pl, t, s, last_input[s.name], reads_done, rate)
+        if _paced_by_channel(d, ddr_rate, pl.tiles):
+            end = max(end, ddr_done + s.compute_s / pl.tiles)
+        t.end[s.name] = end
 
 
 def _link_jobs(pl: _Pipeline, t: _Timeline) -> list[tuple[float, float]]:
@@ -375,11 +401,16 @@ def _link_jobs(pl: _Pipeline, t: _Timeline) -> list[tuple[float, float]]:
 
 def _finish_s(pl: _Pipeline, t: _Timeline) -> float:
     """The kernel's end: the latest of each op's last tile written (a tile of writes after its
-    end), the HBM channel's and the links' makespans, and each collective into a later kernel
-    one tile's transfer after its source ends."""
+    end, over the slower channel), the HBM and DDR channels' and the links' makespans, and each
+    collective into a later kernel one tile's transfer after its source ends."""
     n = pl.tiles
-    finish = max((t.end[o] + pl.stages[o].write_s / n for o in t.end), default=0.0)
-    finish = max(finish, _makespan(t.jobs))
+
+    def written(o: str) -> float:
+        s = pl.stages[o]
+        return t.end[o] + max(s.write_s, s.ddr_write_s) / n
+
+    finish = max((written(o) for o in t.end), default=0.0)
+    finish = max(finish, _makespan(t.jobs), _makespan(t.ddr_jobs))
     for f in pl.feeds.get(_OUT, ()):
         if f.src is not None:
             finish = max(finish, t.end[f.src] + f.transfer_s / n)
@@ -407,14 +438,15 @@ def estimate(
     pipe = pipeline_s(kernel, hw)
     hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
     hbm = sum(p.hbm_bytes for p in kernel.ops) / hbm_rate
+    ddr = kernel.ddr_bytes / hw.socket.ddr.bandwidth
     p2p = sum(c.bytes for c in kernel.collectives) / hw.links.p2p_bandwidth
     period = pipe
     if looped_executions > 1 and kernel.prefetch_iteration:
         # the next iteration's weights stream in behind this one: the loop runs at the pace of
-        # whichever is slower, the channel with every byte, or the pipeline with its weights
+        # whichever is slower, a channel with every byte, or the pipeline with its weights
         # already on chip (its latencies and compute still in the way)
         loaded = replace(kernel, ops=[replace(p, weight_read_bytes=0.0) for p in kernel.ops])
-        period = max(hbm, p2p, pipeline_s(loaded, hw))
+        period = max(hbm, ddr, p2p, pipeline_s(loaded, hw))
     return KernelEstimate(
         pipeline_s=pipe,
         period_s=period,
@@ -422,6 +454,7 @@ def estimate(
         executions=max(1, looped_executions),
         hbm_s=hbm,
         p2p_s=p2p,
+        ddr_s=ddr,
     )
 
 

@@ -163,12 +163,6 @@ class Op:
             )
 
     @property
-    def cost_class(self) -> CostClass:
-        from rdusim.ir.ops import cost_class_of
-
-        return cost_class_of(self)
-
-    @property
     def traits(self) -> KindTraits:
         """What its kind implies for the compiler (`rdusim.ir.attrs.TRAITS`)."""
         return traits_of(self.kind)

@@ -5,6 +5,7 @@ shared deployment the evidence favours. Renders the plain data of `Validation.as
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -133,6 +134,7 @@ def render_validation(d: Mapping[str, Any], width: int | None = None) -> str:
             "  ",
         )
     )
+    lines += render_runs(items, width)
     lines += render_readings(d.get("readings") or {}, width)
     lines += _misses(items, width)
     return "\n".join(lines)
@@ -168,6 +170,76 @@ def render_readings(readings: Mapping[str, Mapping[str, float]], width: int) -> 
         shown = [f"{r or '(as shipped)'} {w:.0%}" for r, w in ranked if w >= 0.005]
         out += wrap_items(shown, width, prefix=f"  {name}: ", sep="; ")
     return out
+
+
+def _run_text(run: Mapping[str, Any]) -> tuple[str, ...]:
+    """A run as `MAPPING` then each `KEY=VALUE` (quoted where a shell needs it), its role
+    before the mapping unless it is the item's main run."""
+    role = "" if run["role"] == "main" else f"{run['role']}: "
+    return (f"{role}{run['mapping']}", *(shlex.quote(s) for s in run["set"]))
+
+
+def render_runs(items: Sequence[Mapping[str, Any]], width: int) -> list[str]:
+    """The shipped mappings and `--set`s behind each item's value, items that share their runs
+    together; of a figure that is the largest over choices, the first choice's runs (--json
+    lists every run)."""
+    groups: dict[tuple[tuple[str, ...], ...], list[str]] = {}
+    more: dict[tuple[tuple[str, ...], ...], int] = {}
+    for p in items:
+        runs = p.get("runs") or []
+        shown = runs[: _first_choice_size(runs)]
+        key = tuple(_run_text(r) for r in shown)
+        groups.setdefault(key, []).append(p["id"])
+        more[key] = len(runs) - len(shown)
+    if not groups:
+        return []
+    out = [
+        "",
+        wrap_text(
+            "how each item was run (`rdusim map MAPPING --set KEY=VALUE ...`, shown as "
+            "MAPPING KEY=VALUE ..., at the first reading of what its source leaves open; the "
+            "readings below weigh the others; --json: every run of every item):",
+            width,
+            "",
+            "  ",
+        ),
+    ]
+    for key, ids in groups.items():
+        out += wrap_items(ids, width, prefix="  ")
+        for pieces in key:
+            out += _pack(pieces, width, "    ", "      ")
+        if more[key]:
+            out.append(
+                wrap_text(
+                    f"and {more[key]} more run{'s' if more[key] != 1 else ''} over the choices "
+                    "the figure is the largest of",
+                    width,
+                    "    ",
+                    "      ",
+                )
+            )
+    return out
+
+
+def _pack(pieces: Sequence[str], width: int, first: str, rest: str) -> list[str]:
+    """`pieces` joined by spaces into lines of `width`, never breaking inside a piece (one
+    wider than a line is cut where `wrap_text` cuts it)."""
+    lines: list[str] = []
+    line = first
+    for piece in pieces:
+        bare = line in (first, rest)
+        if not bare and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line, bare = rest, True
+        line += piece if bare else " " + piece
+    lines.append(line)
+    return [x for ln in lines for x in wrap_text(ln, width, "", rest).splitlines()]
+
+
+def _first_choice_size(runs: Sequence[Mapping[str, Any]]) -> int:
+    """How many runs the first of an item's choices takes: up to its second main run."""
+    mains = [i for i, r in enumerate(runs) if r["role"] == "main"]
+    return mains[1] if len(mains) > 1 else len(runs)
 
 
 def _misses(items: Sequence[Mapping[str, Any]], width: int) -> list[str]:

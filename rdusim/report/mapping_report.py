@@ -321,6 +321,7 @@ def _summary(r: dict[str, Any]) -> list[str]:
         f"HBM per socket: weights {si(hbm['weights'], 'B')}, KV cache {si(hbm['kv_cache'], 'B')}, "
         f"workspace {si(hbm['workspace'], 'B')} = {si(used, 'B')} of {si(hbm['capacity'], 'B')} "
         "usable",
+        *_ddr_lines(r),
         f"SRAM peak per socket: {si(r['sram_peak_bytes'], 'B')}",
     ]
     iv = r.get("intervals") or {}
@@ -338,14 +339,36 @@ def _summary(r: dict[str, Any]) -> list[str]:
         out += _decode_summary(r)
     if r["traffic_bytes"]:
         t = r["traffic_bytes"]
-        out.append(f"traffic per socket: HBM {si(t['hbm'], 'B')}, P2P {si(t['p2p'], 'B')}")
+        ddr = f", DDR {si(t['ddr'], 'B')}" if t.get("ddr") else ""
+        per = " per step" if r["phase"] == "decode" else ""
+        out.append(
+            f"traffic per socket{per}: HBM {si(t['hbm'], 'B')}{ddr}, P2P {si(t['p2p'], 'B')}"
+        )
     out += _rests_on(r)
     return out
+
+
+def _ddr_lines(r: dict[str, Any]) -> list[str]:
+    """DDR per socket and what `placement:` put there; nothing when everything is in HBM."""
+    placement = r.get("placement") or {}
+    in_ddr = [part for part, tier in (placement.get("weights") or {}).items() if tier == "ddr"]
+    kv = placement.get("kv_cache") == "ddr"
+    if not in_ddr and not kv:
+        return []
+    ddr = r["ddr_bytes"]
+    used = ddr["weights"] + ddr["kv_cache"]
+    placed = [f"{', '.join(in_ddr)} weights"] if in_ddr else []
+    placed += ["KV cache"] if kv else []
+    return [
+        f"DDR per socket ({' and '.join(placed)}): weights {si(ddr['weights'], 'B')}, KV cache "
+        f"{si(ddr['kv_cache'], 'B')} = {si(used, 'B')} of {si(ddr['capacity'], 'B')}"
+    ]
 
 
 TERM_NAMES = {
     "calls": "kernel calls",
     "hbm": "HBM streaming",
+    "ddr": "DDR streaming",
     "compute": "compute",
     "links": "collectives",
     "fill_drain": "fill/drain",
@@ -369,7 +392,9 @@ def _rests_on(r: dict[str, Any]) -> list[str]:
         if rests:
             top = max(rests, key=lambda x: abs(x["elasticity"]))
             pinned = (
-                "pinned by evidence"
+                "datasheet"  # not calibrated (DDR's bandwidth)
+                if top["parameter"] not in (r.get("calibration") or {})
+                else "pinned by evidence"
                 if top["pinned_by"] and (top["narrowing"] or 1) < 0.8
                 else "prior only"
             )
@@ -391,20 +416,15 @@ def _calibration_lines(r: dict[str, Any], width: int) -> list[str]:
 def _decode_summary(r: dict[str, Any]) -> list[str]:
     """Batch, multi-token prediction, throughput and the on-chip cache update of a decode step."""
     out = []
-    if r["max_batch_size"] is not None:
-        out.append(f"max batch size (power of two that fits HBM): {r['max_batch_size']}")
-    mtp = r.get("mtp") or {}
-    if mtp.get("mode") == "scaled":
-        how = f"{r['tokens_per_step']:g} tokens/step, a reported multiplier on a plain step"
-    elif mtp.get("draft_tokens"):
-        how = (
-            f"{r['tokens_per_step']:.2f} tokens/step accepted: {mtp['draft_tokens']} drafts "
-            f"verified ({mtp['verified_tokens']} tokens per sequence)"
-        )
-    else:
-        how = "none (1 token per step)"
-    out.append(f"multi-token prediction: {how}")
     iv = r.get("intervals") or {}
+    if r["max_batch_size"] is not None:
+        q = iv.get("max_batch_size")
+        spread = f" ({q['p05']}–{q['p95']})" if q and q["p05"] != q["p95"] else ""
+        tiers = "HBM and DDR" if _ddr_lines(r) else "HBM"
+        out.append(
+            f"max batch size (power of two that fits {tiers}): {r['max_batch_size']}{spread}"
+        )
+    out += _speculation_lines(r)
     if r["throughput_tokens_per_s"] is not None:
         tput = number_with(r["throughput_tokens_per_s"], iv.get("throughput_tokens_per_s"))
         out.append(
@@ -426,11 +446,54 @@ def _decode_summary(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _speculation_lines(r: dict[str, Any]) -> list[str]:
+    """The step's drafter: the MTP module's line as before, or the draft model's k, a, accepted
+    tokens, time share and HBM."""
+    sp = r.get("speculation") or {}
+    if sp.get("drafter") == "model":
+        share = sp.get("draft_share")
+        timing = (
+            f"; drafting {seconds(sp['draft_time_s'])} ({share:.0%} of the step), verifying "
+            f"{seconds(sp['verify_s'])}"
+            if share is not None
+            else ""
+        )
+        return [
+            f"speculative decoding: draft {sp['draft']}, {sp['draft_tokens']} drafts at "
+            f"acceptance {sp['acceptance']:g} (assumed) -> {sp['tokens_per_step']:.4g} "
+            f"tokens/step{timing}; draft HBM per socket: weights "
+            f"{si(sp['draft_weights_bytes'], 'B')}, KV cache {si(sp['draft_kv_cache_bytes'], 'B')}"
+        ]
+    mtp = r.get("mtp") or {}
+    if mtp.get("mode") == "scaled":
+        how = f"{r['tokens_per_step']:g} tokens/step, a reported multiplier on a plain step"
+    elif mtp.get("draft_tokens"):
+        how = (
+            f"{r['tokens_per_step']:.2f} tokens/step accepted: {mtp['draft_tokens']} drafts "
+            f"verified ({mtp['verified_tokens']} tokens per sequence)"
+        )
+    else:
+        how = "none (1 token per step)"
+    return [f"multi-token prediction: {how}"]
+
+
 OP_HEADERS = ("op", "sharding", "PCUs", "busy", "HBM", "stall", "bound")
+
+
+def _streams_ddr(k: dict[str, Any]) -> bool:
+    return any(o.get("ddr_s") for o in k["op_timing"])
+
+
+def _op_headers(k: dict[str, Any]) -> tuple[str, ...]:
+    """The op table's columns: a DDR column after HBM's when the kernel streams from DDR."""
+    if not _streams_ddr(k):
+        return OP_HEADERS
+    return (*OP_HEADERS[:5], "DDR", *OP_HEADERS[5:])
 
 
 def _op_rows(k: dict[str, Any]) -> list[list[object]]:
     sharding = _op_sharding(k)
+    ddr = _streams_ddr(k)
     return [
         [
             o["op"],
@@ -438,6 +501,7 @@ def _op_rows(k: dict[str, Any]) -> list[list[object]]:
             o["pcus"],
             seconds(o["busy_s"]),
             seconds(o["hbm_s"]),
+            *([seconds(o["ddr_s"])] if ddr else []),
             seconds(o["stall_s"]),
             o["bound"],
         ]
@@ -463,6 +527,8 @@ def render_op_timing(r: dict[str, Any], width: int | None = None) -> str:
             if k["collectives"]:
                 prefix = "  collectives per socket: "
                 lines += wrap_items(_collective_list(k), width, prefix=prefix)
-            head, blocks = table_blocks(OP_HEADERS, _op_rows(k), "<<>>>><", width=width)
+            headers = _op_headers(k)
+            align = "<<" + ">" * (len(headers) - 3) + "<"
+            head, blocks = table_blocks(headers, _op_rows(k), align, width=width)
             lines += [*head, *(line for b in blocks for line in b), ""]
     return "\n".join(lines)

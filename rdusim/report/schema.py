@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdusim.compiler.program import Kernel, Program
+from rdusim.compiler.program import DRAFTING_ROLES, Kernel, Program
 from rdusim.sim.kernel import KernelTiming
 from rdusim.sim.model import SimResult
+from rdusim.spec.speculation import Drafter
 
-SCHEMA_VERSION = 2  # 2: kernel calls, MTP, expert routing, collective rounds
+# 2: kernel calls, MTP, expert routing, collective rounds; since, added keys only (memory tiers:
+# `ddr_bytes`, `placement`, DDR traffic)
+SCHEMA_VERSION = 2
 
 
 def build_report(
@@ -45,7 +48,20 @@ def build_report(
             "kv_cache": program.hbm.kv_cache,
             "workspace": program.hbm.workspace,
         },
-        "traffic_bytes": {"hbm": result.traffic("hbm"), "p2p": result.traffic("p2p")}
+        "ddr_bytes": {
+            "capacity": program.ddr.capacity,
+            "weights": program.ddr.weights,
+            "kv_cache": program.ddr.kv_cache,
+        },
+        "placement": {
+            "weights": {part: tier.value for part, tier in program.weight_tiers.items()},
+            "kv_cache": program.kv_tier.value,
+        },
+        "traffic_bytes": {
+            "hbm": result.traffic("hbm"),
+            "ddr": result.traffic("ddr"),
+            "p2p": result.traffic("p2p"),
+        }
         if result
         else None,
         "total_latency_s": total_latency,
@@ -63,6 +79,7 @@ def build_report(
         },
         "max_batch_size": None,
         **_decode_fields(program, total_latency),
+        "speculation": _speculation(program, result),
         "throughput_tokens_per_s": result.throughput_tokens_per_s if result else None,
         "calibration": calibration,
     }
@@ -105,6 +122,7 @@ def _kernel(k: Kernel, kt: KernelTiming | None, total: float | None) -> dict[str
         ],
         "flops": sum(p.flops for p in k.ops),
         "hbm_traffic_bytes": sum(p.hbm_bytes for p in k.ops),
+        "ddr_traffic_bytes": k.ddr_bytes,
         "latency_s": kt.latency_s if kt else None,
         "call_s": kt.call_share_s if kt else None,
         "pipeline_s": kt.pipeline_s if kt else None,
@@ -115,6 +133,7 @@ def _kernel(k: Kernel, kt: KernelTiming | None, total: float | None) -> dict[str
                 "op": o.name,
                 "busy_s": o.busy_s,
                 "hbm_s": o.hbm_s,
+                "ddr_s": o.ddr_s,
                 "stall_s": o.stall_s,
                 "pcus": o.pcus,
                 "bound": o.bound,
@@ -142,16 +161,46 @@ def _extras(program: Program, result: SimResult | None) -> dict[str, Any]:
 
 
 def _decode_fields(program: Program, total_latency: float | None) -> dict[str, Any]:
-    """`mtp`, `tokens_per_step` and `tpot_s`: null outside decode."""
+    """`mtp`, `speculation`, `tokens_per_step` and `tpot_s`: null outside decode (`mtp` is
+    null too when a draft model drafts)."""
     decode = program.phase == "decode"
+    mtp = decode and program.speculation.drafter != Drafter.MODEL
     return {
         "mtp": {
             "mode": program.mtp_mode,
             "draft_tokens": program.draft_tokens,
             "verified_tokens": program.workload.seq,
         }
-        if decode
+        if mtp
         else None,
         "tokens_per_step": program.tokens_per_step if decode else None,
         "tpot_s": total_latency / program.tokens_per_step if decode and total_latency else None,
+    }
+
+
+def _speculation(program: Program, result: SimResult | None) -> dict[str, Any] | None:
+    """A decode step's drafter, k and a, the accepted tokens, the step split into drafting (k
+    drafter runs) and verifying (the target over k + 1 tokens), and the drafter's own HBM."""
+    if program.phase != "decode":
+        return None
+    sp = program.speculation
+    drafting = verify = share = None
+    if result is not None:
+        drafting = sum(lr.total_s for lr in result.extras.values() if lr.role in DRAFTING_ROLES)
+        verify = result.total_latency_s - drafting
+        share = drafting / result.total_latency_s if result.total_latency_s else None
+    runs = sp.draft_runs
+    return {
+        "drafter": sp.drafter.value,
+        "draft": sp.draft,
+        "draft_tokens": sp.draft_tokens,
+        "acceptance": sp.acceptance if sp.draft_tokens else None,
+        "verified_tokens": program.workload.seq,
+        "tokens_per_step": sp.accepted_tokens,
+        "draft_step_s": drafting / runs if drafting is not None and runs else None,
+        "draft_time_s": drafting,
+        "verify_s": verify,
+        "draft_share": share,
+        "draft_weights_bytes": program.hbm.draft_weights,
+        "draft_kv_cache_bytes": program.hbm.draft_kv_cache,
     }

@@ -29,6 +29,7 @@ from rdusim.report.console import (
     columns_to_show,
     fits,
     seconds,
+    seconds_with,
     si,
     table,
     table_blocks,
@@ -42,6 +43,7 @@ LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end to end"))
 REQUEST_COLUMNS = (
     "point",
     "id",
+    "model",
     "arrival_s",
     "prompt_tokens",
     "output_tokens",
@@ -83,15 +85,59 @@ def _deployment_line(doc: Mapping[str, Any]) -> str:
     return f"{where}; decode step cost: {dep['decode_step']}"
 
 
-def _graphs_line(doc: Mapping[str, Any]) -> str:
-    g = doc["graphs"]
-    prefill = ", ".join(f"{n} tokens {_s(t)}" for n, t in g["prefill_s"].items())
-    ss = "SnapStream" if g["snapstream"] else "no SnapStream"
-    return (
-        f"decode graph: {g['decode_slots']} slots x {g['cache_len']} positions ({ss}), step "
-        f"{_s(g['decode_step_s'])}, {g['tokens_per_step']:g} tokens/step; prefill graph(s): "
-        f"{prefill}"
+def _graphs_line(g: Mapping[str, Any], name: str = "", iv: Mapping[str, Any] | None = None) -> str:
+    """A model's graphs, each time with its 90% interval when the run has intervals."""
+    iv = iv or {}
+    prefill = ", ".join(
+        f"{n} tokens {seconds_with(t, iv.get(f'graphs.prefill_s.{n}'))}"
+        for n, t in g["prefill_s"].items()
     )
+    ss = "SnapStream" if g["snapstream"] else "no SnapStream"
+    step = seconds_with(g["decode_step_s"], iv.get("graphs.decode_step_s"))
+    return (
+        f"{name + ': ' if name else ''}decode graph: {g['decode_slots']} slots x "
+        f"{g['cache_len']} positions ({ss}), step {step}, "
+        f"{g['tokens_per_step']:g} tokens/step; prefill graph(s) run: {prefill or 'none'}"
+    )
+
+
+MODEL_HEADERS = ("model", "done", "TTFT p50", "TTFT p99", "TPOT p50", "tokens/s", "switches")
+# columns left out, in this order, when the per-model table does not fit the terminal
+MODEL_DROP = (3, 5)
+
+
+def _model_rows(doc: Mapping[str, Any]) -> list[list[str]]:
+    rows = []
+    for name, m in doc["per_model"].items():
+        rows.append(
+            [
+                name,
+                f"{m['completed']:,}",
+                _s(m["ttft_s"]["p50"]),
+                _s(m["ttft_s"]["p99"]),
+                _s(m["tpot_s"]["p50"]),
+                f"{m['throughput_tokens_per_s'] or 0:,.1f}",
+                f"{m['model_switches']} ({_s(m['switch_time_s'])})",
+            ]
+        )
+    return rows
+
+
+def render_models(doc: Mapping[str, Any], width: int) -> list[str]:
+    """A many-model run: the switches, each model's graphs, and a table of its metrics."""
+    res = doc["deployment"].get("residency") or {}
+    budget = res.get("hbm_bytes_per_socket")
+    pinned = ", ".join(res.get("pinned") or []) or "none"
+    lines = [
+        f"models: {len(doc['per_model'])}; HBM for them {si(budget, 'B')} per socket, pinned: "
+        f"{pinned}; {doc['model_switches']} switches, {_s(doc['switch_time_s'])} switching "
+        "(the node serves nothing else meanwhile)",
+        *(_graphs_line(m["graphs"], name) for name, m in doc["per_model"].items()),
+    ]
+    rows = _model_rows(doc)
+    show = columns_to_show(MODEL_HEADERS, rows, width, drop=MODEL_DROP, wrap=(0,))
+    text = table(MODEL_HEADERS, rows, "<" + ">" * 6, width=width, wrap=(0,), show=show)
+    return [*(wrap_text(line, width, subsequent="  ") for line in lines), "", text]
 
 
 LABEL = " " * 16  # the width of the labels of the lines under the latency table
@@ -107,8 +153,9 @@ def render_point(doc: Mapping[str, Any], width: int | None = None) -> str:
         f"serving {settings['workload'] or 'workload'}: {doc['requests']} requests, "
         f"{doc['completed']} completed in {_s(doc['duration_s'])}",
         _deployment_line(doc),
-        _graphs_line(doc),
     ]
+    if "graphs" in doc:
+        head.append(_graphs_line(doc["graphs"], iv=doc.get("intervals")))
     iv = doc.get("intervals") or {}
     rows = [[label, *(_s(doc[key][k]) for k in STAT_KEYS)] for key, label in LATENCIES]
     headers = ["latency", *STAT_KEYS]
@@ -137,9 +184,11 @@ def render_point(doc: Mapping[str, Any], width: int | None = None) -> str:
             "(90% intervals: the same run under the calibration ensemble's members at the "
             "5th and 95th percentile of the graphs' times)"
         )
+    models = render_models(doc, width) if "graphs" not in doc else []
     return "\n".join(
         [
             *(wrap_text(line, width, subsequent="  ") for line in head),
+            *(["", *models] if models else []),
             "",
             lat,
             "",
@@ -235,8 +284,11 @@ def _left_out(show: Sequence[int], width: int) -> list[str]:
     return [wrap_text(text, width)]
 
 
-def requests_csv(runs: Sequence[tuple[int, Sequence[Any]]]) -> str:
-    """Every request of every run: (point index, records) pairs, one row per request."""
+def requests_csv(
+    runs: Sequence[tuple[int, Sequence[Any]]], names: Sequence[Sequence[str]] = ()
+) -> str:
+    """Every request of every run: (point index, records) pairs, one row per request; `names`,
+    each run's model names, name each request's model (else its index)."""
 
     def value(v: Any) -> Any:
         return None if isinstance(v, float) and not math.isfinite(v) else v
@@ -245,6 +297,8 @@ def requests_csv(runs: Sequence[tuple[int, Sequence[Any]]]) -> str:
     for point, records in runs:
         for r in records:
             row = {c: value(getattr(r, c)) for c in REQUEST_COLUMNS[1:] if hasattr(r, c)}
+            if names:
+                row["model"] = names[point][r.model]
             rows.append(
                 row
                 | {"point": point, "ttft_s": value(r.ttft_s), "tpot_s": r.tpot_s, "e2e_s": r.e2e_s}

@@ -18,6 +18,7 @@ from rdusim.report.console import (
     seconds,
     seconds_with,
     si,
+    sig3,
     table,
     terminal_width,
     wrap_text,
@@ -68,7 +69,7 @@ def _bare(v: float | None, unit: str) -> str:
         return f"{v:.2f}"
     if unit in ("tokens/s",):
         return f"{v:,.0f}"
-    return f"{v:.3g}"
+    return sig3(v)
 
 
 def _interval(c: Cell) -> str:
@@ -249,7 +250,7 @@ def _with_interval(column: str, row: Mapping[str, Any], short: bool = False) -> 
     to three significant digits when `short`)."""
     text = _sweep_cell(column, row.get(column))
     lo, hi = row.get(f"{column}.p05"), row.get(f"{column}.p95")
-    if lo is None or hi is None:
+    if lo is None or hi is None or lo == hi == row.get(column):  # no spread to show
         return text
     if column.endswith("latency_s"):
         if short:

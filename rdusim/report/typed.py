@@ -42,6 +42,7 @@ class OpTiming(_Part):
     op: str
     busy_s: Num
     hbm_s: Num
+    ddr_s: Num
     stall_s: Num
     pcus: int
     bound: str
@@ -69,6 +70,7 @@ class KernelReport(_Part):
     collectives: list[Collective]
     flops: Num
     hbm_traffic_bytes: Num
+    ddr_traffic_bytes: Num
     latency_s: Num | None
     call_s: Num | None
     pipeline_s: Num | None
@@ -127,10 +129,26 @@ class HbmBytes(_Part):
     workspace: Num
 
 
+class DdrBytes(_Part):
+    """DDR per socket: its capacity, and the weights and KV cache `placement:` puts there."""
+
+    capacity: Num
+    weights: Num
+    kv_cache: Num
+
+
+class PlacementReport(_Part):
+    """The tier (`hbm` or `ddr`) of each deployed part's weights and of the KV cache."""
+
+    weights: dict[str, str]
+    kv_cache: str
+
+
 class TrafficBytes(_Part):
-    """Bytes moved per socket over the whole run."""
+    """Bytes moved per socket over the whole run (a prompt, or a decode step)."""
 
     hbm: Num
+    ddr: Num
     p2p: Num
 
 
@@ -138,6 +156,25 @@ class MtpReport(_Part):
     mode: str
     draft_tokens: int
     verified_tokens: int
+
+
+class SpeculationReport(_Part):
+    """A decode step's drafter (none, mtp or model), its k drafts at acceptance a, the tokens
+    accepted per step, the step split into drafting and verifying, and the drafter's own HBM
+    per socket (included in `hbm_bytes`)."""
+
+    drafter: str
+    draft: str | None
+    draft_tokens: int
+    acceptance: Num | None
+    verified_tokens: int
+    tokens_per_step: Num
+    draft_step_s: Num | None
+    draft_time_s: Num | None
+    verify_s: Num | None
+    draft_share: Num | None
+    draft_weights_bytes: Num
+    draft_kv_cache_bytes: Num
 
 
 class CalibrationEntry(_Part):
@@ -263,6 +300,8 @@ class Report(_Part):
     extras: dict[str, ExtraReport]
     sram_peak_bytes: Num
     hbm_bytes: HbmBytes
+    ddr_bytes: DdrBytes
+    placement: PlacementReport
     traffic_bytes: TrafficBytes | None
     total_latency_s: Num | None  # time to first token (prefill) or one step (decode)
     kernel_calls: int
@@ -275,6 +314,7 @@ class Report(_Part):
     mtp: MtpReport | None
     tokens_per_step: Num | None
     tpot_s: Num | None
+    speculation: SpeculationReport | None
     throughput_tokens_per_s: Num | None
     calibration: dict[str, CalibrationEntry] | None
     intervals: dict[str, Interval] | None = None  # metric -> its interval over the ensemble

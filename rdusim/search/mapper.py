@@ -155,8 +155,9 @@ def gain_vs_hand(found: AutoMapping, hand: ResolvedMapping) -> dict[str, Any]:
         program = compile_mapping(hand, batch=found.batch)
     except SpecError as exc:
         return {"note": f"the hand kernels do not compile at batch {found.batch}: {exc.problem}"}
-    if not program.hbm.fits:
-        return {"note": f"the hand kernels do not fit HBM at batch {found.batch}"}
+    if not program.fits:
+        tier = "HBM" if not program.hbm.fits else "DDR"
+        return {"note": f"the hand kernels do not fit {tier} at batch {found.batch}"}
     result = simulate(program, hand.hardware)
     members = members_of(hand)
     hand_scores = ensemble_scores(objective, program, result, hand.hardware, members)
@@ -545,7 +546,7 @@ def _simulate(
     except SpecError as exc:
         failures.append(exc)
         return False
-    if not program.hbm.fits:
+    if not program.fits:
         failures.append(does_not_fit(rm, program))
         return False
     result = simulate(program, rm.hardware)

@@ -27,6 +27,7 @@ from rdusim.compiler.compile import (
 from rdusim.compiler.fusion import FusedKernel
 from rdusim.compiler.program import Kernel
 from rdusim.compiler.sharding import LayerWalk, fused_shardings, walk
+from rdusim.compiler.tiers import place
 from rdusim.errors import InfeasibleError, SpecError
 from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import build_model
@@ -183,6 +184,8 @@ class CandidateBuilder:
         start, end, kv_block = key[:3]
         ops = self.order[start:end]
         plans = w.kernel_plans(ops, kv_block)
+        placement = self.ctx.placement  # the layer kind's weights' tier, the cache's
+        place(plans.values(), placement.weights_of(self.kind), placement.kv_cache)
         where = self._places.get(kv_block)
         if where is None:
             where = self._places[kv_block] = KernelPlace(

@@ -37,6 +37,7 @@ class Request:
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
+    model: int = 0  # which of the workload's models it asks for (an index into `models:`)
 
 
 @dataclass(frozen=True)
@@ -112,37 +113,75 @@ LENGTHS: dict[LengthDist, LengthSampler] = {
 }
 
 
+def _streams(seed: int, count: int) -> list[np.random.Generator]:
+    """`count` independent streams of the seed (the first ones are the same whatever `count`)."""
+    return [
+        np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(count)
+    ]
+
+
 def requests_of(workload: ResolvedWorkload, rate: float | None = None) -> list[Request]:
-    """The workload's requests in arrival order (`rate` replaces the spec's arrival rate)."""
+    """The workload's requests in arrival order (`rate` replaces the spec's arrival rate).
+
+    With several models, a fourth stream draws each request's model in proportion to the
+    shares, and a model with lengths of its own draws them from two streams of its own (so
+    adding a model leaves the other streams as they were)."""
     spec = workload.spec
     if workload.trace is not None:
         return _from_trace(workload.trace, spec)
-    arrival_rng, prompt_rng, output_rng = (
-        np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(spec.seed).spawn(3)
-    )
+    classes = spec.models or []
+    arrival_rng, prompt_rng, output_rng, model_rng, *own = _streams(spec.seed, 4 + 2 * len(classes))
     sampler = ARRIVALS[spec.arrival.process]
     use_rate = rate if rate is not None else spec.arrival.rate
-    assert use_rate is not None and spec.prompt_tokens and spec.output_tokens
+    assert use_rate is not None
     times = sampler(use_rate, Count(spec.requests, spec.duration_s), arrival_rng)
     n = len(times)
-    prompts = LENGTHS[spec.prompt_tokens.dist](spec.prompt_tokens, n, prompt_rng)
-    outputs = LENGTHS[spec.output_tokens.dist](spec.output_tokens, n, output_rng)
+    models = np.zeros(n, dtype=np.int64)
+    if len(classes) > 1:
+        shares = np.array([c.share for c in classes], dtype=float)
+        models = model_rng.choice(len(classes), size=n, p=shares / shares.sum())
+    prompts = _lengths(
+        spec.prompt_tokens, [c.prompt_tokens for c in classes], models, prompt_rng, own[0::2]
+    )
+    outputs = _lengths(
+        spec.output_tokens, [c.output_tokens for c in classes], models, output_rng, own[1::2]
+    )
     return [
-        Request(i, float(t), int(p), int(o))
-        for i, (t, p, o) in enumerate(
-            zip(times.tolist(), prompts.tolist(), outputs.tolist(), strict=True)
+        Request(i, float(t), int(p), int(o), int(m))
+        for i, (t, p, o, m) in enumerate(
+            zip(times.tolist(), prompts.tolist(), outputs.tolist(), models.tolist(), strict=True)
         )
     ]
+
+
+def _lengths(
+    common: LengthSpec | None,
+    own: list[LengthSpec | None],
+    models: np.ndarray,
+    rng: np.random.Generator,
+    own_rngs: list[np.random.Generator],
+) -> np.ndarray:
+    """Each request's length: from the workload's distribution, or its model's own."""
+    n = len(models)
+    out = LENGTHS[common.dist](common, n, rng) if common is not None else np.ones(n, np.int64)
+    for m, spec in enumerate(own):
+        if spec is not None:
+            drawn = LENGTHS[spec.dist](spec, n, own_rngs[m])
+            out = np.where(models == m, drawn, out)
+    return out
 
 
 def _from_trace(trace: TraceRequests, spec: WorkloadSpec) -> list[Request]:
     """The trace's requests, cut to the first `requests` or to those inside `duration_s`."""
     rows = zip(trace.arrival_s, trace.prompt_tokens, trace.output_tokens, strict=True)
+    labels = spec.model_labels
+    names = trace.models or (None,) * len(trace.arrival_s)
     out = []
     for i, (t, p, o) in enumerate(rows):
         if spec.requests is not None and i >= spec.requests:
             break
         if spec.duration_s is not None and t >= spec.duration_s:
             break
-        out.append(Request(i, t, p, o))
+        name = names[i]
+        out.append(Request(i, t, p, o, labels.index(name) if name is not None else 0))
     return out

@@ -9,9 +9,9 @@ straight into that slot's region of the decode graph's cache.
 A policy is any object with the `Policy` interface: its `choose` is given the node's
 `SchedulerState` (the waiting requests with their arrival times and lengths, the free decode
 slots, the running batch, the time, what the node ran last) and returns a `Decision`:
-`Prefill` (which waiting requests, and how many prompt tokens of each: the whole prompt, the
-only chunk the engine runs today), `DECODE` (one step of the running batch) or `WAIT` (until a
-prompt arrives). The engine checks a decision before it runs it (`check_prefill`).
+`Prefill` (which waiting requests, and how many prompt tokens of each: the whole prompt, or the
+deployment's static chunk graph, `prefill_chunk`), `DECODE` (one step of the running batch) or
+`WAIT` (until a prompt arrives). The engine checks a decision before it runs it (`check_prefill`).
 
 The three shipped policies take the longest-waiting prompts (`first_come`) and differ in when:
 
@@ -93,9 +93,10 @@ class SchedulerState:
 @dataclass(frozen=True)
 class Prefill:
     """Run the prefill graph on `requests` (taken from `waiting`, in this order): at least one,
-    at most `prefill_batch` and `free_slots`. `chunk_tokens`: prompt tokens of each request this
-    run processes; None, the whole prompt (chunked prefill is not modelled yet, so a chunk
-    shorter than a prompt is refused)."""
+    at most `prefill_batch` and `free_slots`. `chunk_tokens`: prompt tokens per chunk; None, the
+    deployment's way (in chunks of `prefill_chunk` if it sets one, else whole); at least the
+    longest prompt, whole; the deployment's `prefill_chunk`, in chunks (any other chunk shorter
+    than a prompt is refused: there is no graph for it)."""
 
     requests: tuple[WaitingRequest, ...]
     chunk_tokens: int | None = None
@@ -194,9 +195,10 @@ def policy_for(
     return POLICIES[name](steps_per_prefill)
 
 
-def check_prefill(decision: Prefill, state: SchedulerState) -> None:
+def check_prefill(decision: Prefill, state: SchedulerState, chunk: int | None = None) -> None:
     """Refuse a prefill the node cannot run: none or too many requests, one chosen twice or not
-    waiting, or a chunk shorter than a prompt."""
+    waiting, or a chunk shorter than a prompt that is not the deployment's static chunk graph
+    (`chunk`, None without chunked prefill)."""
     chosen = decision.requests
     most = min(state.prefill_batch, state.free_slots)
     if not 1 <= len(chosen) <= most:
@@ -212,9 +214,10 @@ def check_prefill(decision: Prefill, state: SchedulerState) -> None:
         missing = [r.id for r in chosen if id(r) not in waiting]
         if missing:
             raise ValueError(f"a prefill chose requests that are not waiting: {missing}")
-    chunk = decision.chunk_tokens
-    if chunk is not None and any(chunk < r.prompt_tokens for r in chosen):
+    asked = decision.chunk_tokens
+    if asked is not None and asked != chunk and any(asked < r.prompt_tokens for r in chosen):
+        graph = f"the deployment's chunk graph is {chunk} tokens" if chunk else "no chunk graph"
         raise ValueError(
-            f"chunked prefill is not modelled: a chunk of {chunk} tokens is shorter than a "
-            "chosen prompt (give the whole prompt, chunk_tokens=None)"
+            f"a chunk of {asked} tokens is shorter than a chosen prompt and {graph} (give "
+            "chunk_tokens=None or the whole prompt, or set deployment.prefill_chunk)"
         )

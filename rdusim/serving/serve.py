@@ -17,14 +17,22 @@ budget) x the model's KV bytes per token.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.serving.arrivals import Request, requests_of
-from rdusim.serving.engine import EngineConfig, EngineResult, Progress, simulate_serving
+from rdusim.serving.engine import (
+    EngineConfig,
+    EngineResult,
+    ModelGraphs,
+    Progress,
+    simulate_models,
+)
 from rdusim.serving.metrics import rounded, summary
+from rdusim.serving.models import ServedModel, served_models
 from rdusim.serving.shape import GraphShape, check_requests, shape_of
 from rdusim.serving.step_times import (
     GraphFacts,
@@ -87,6 +95,7 @@ def engine_config(deployment: DeploymentSpec, facts: GraphFacts | None = None) -
         prefill_nodes=deployment.prefill_nodes or 1,
         decode_nodes=deployment.decode_nodes or 1,
         step_cost=deployment.decode_step,
+        prefill_chunk=deployment.prefill_chunk,
     )
     if bandwidth is not None:
         base = replace(base, link_bandwidth=bandwidth)
@@ -122,11 +131,20 @@ def workload_requests(workload: ResolvedWorkload, rate: float | None) -> list[Re
     return requests
 
 
-def _prefetch(times: SimulatedStepTimes, shape: GraphShape, workload: ResolvedWorkload) -> None:
+def _prefetch(
+    times: SimulatedStepTimes,
+    shape: GraphShape,
+    workload: ResolvedWorkload,
+    requests: Sequence[Request],
+) -> None:
     """Simulate every graph the run needs before it starts: a bucket that cannot be compiled is
-    an error at the workload's bucket list, and the run never waits on the simulator."""
+    an error at the workload's bucket list, and the run never waits on the simulator. Listed
+    buckets are all compiled; default ones only where a request runs."""
     key = ("deployment", "prefill_buckets")
-    for length in shape.prefill_lengths:
+    lengths = set(shape.prefill_lengths)
+    if not isinstance(workload.spec.deployment.prefill_buckets, list):
+        lengths = {shape.graph_len(r.prompt_tokens) for r in requests}
+    for length in sorted(lengths):
         try:
             times.prefill_s(length)
         except SpecErrors as many:
@@ -135,6 +153,37 @@ def _prefetch(times: SimulatedStepTimes, shape: GraphShape, workload: ResolvedWo
             raise _bucket_error(workload, key, length, exc) from None
     if workload.spec.deployment.decode_step == DecodeStepCost.OCCUPIED:
         times.grid()
+    chunk = workload.spec.deployment.prefill_chunk
+    if chunk is not None:
+        check_chunk(times.facts, chunk, workload)
+        longest = max(r.prompt_tokens for r in requests)
+        for k in range(math.ceil(longest / chunk) if longest > chunk else 0):
+            times.chunk_s(k, chunk)
+
+
+def check_chunk(facts: GraphFacts, chunk: int, workload: ResolvedWorkload) -> None:
+    """A chunk graph must tile the prefill graph's static cache, and chunks cannot carry
+    SnapStream's compression (it runs once, on the whole prompt, at the end of its prefill)."""
+    key = ("deployment", "prefill_chunk")
+    if facts.snapstream:
+        raise workload.error(
+            f"{facts.model}'s mappings run SnapStream, which compresses a prompt's whole cache "
+            "at the end of its prefill graph; a chunked prefill of it is not modelled",
+            key,
+            "drop prefill_chunk, or --set snapstream.enabled=false",
+        )
+    if facts.prefill_len % chunk:
+        raise workload.error(
+            f"a chunk of {chunk} tokens does not divide the prefill graph's {facts.prefill_len} "
+            "tokens (the chunks tile its static cache)",
+            key,
+            f"use a divisor of {facts.prefill_len}, e.g. {_divisor_near(facts.prefill_len, chunk)}",
+        )
+
+
+def _divisor_near(n: int, target: int) -> int:
+    """The divisor of `n` nearest `target` (the smaller on a tie)."""
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), d))
 
 
 def _bucket_error(
@@ -167,8 +216,17 @@ def point_document(
             "kv_link_latency_s": rounded(config.link_latency_s),
         }
     deployment["decode_step"] = config.step_cost.value
-    shape = result.shape
-    return metrics | {
+    if len(result.models) > 1 or config.pinned or math.isfinite(config.hbm_budget):
+        deployment["residency"] = {
+            "hbm_bytes_per_socket": rounded(config.hbm_budget),
+            "pinned": [result.models[p].name for p in config.pinned],
+            "models_hbm_bytes_per_socket": {g.name: rounded(g.hbm_bytes) for g in result.models},
+            "load_s": {g.name: rounded(g.load_s) for g in result.models},
+        }
+    graphs = [model_graphs(result, m) for m in range(len(result.models))]
+    for name, g in zip(metrics["per_model"], graphs, strict=True):
+        metrics["per_model"][name]["graphs"] = g
+    document = metrics | {
         "settings": {
             "set": {k: v for k, v in point.sets},
             "rate": point.rate if point.rate is not None else spec.arrival.rate,
@@ -177,68 +235,190 @@ def point_document(
             "slo": ({"ttft_s": spec.slo.ttft_s, "tpot_s": spec.slo.tpot_s} if spec.slo else None),
         },
         "deployment": deployment,
-        "graphs": {
-            "decode_slots": shape.decode_slots,
-            "cache_len": shape.cache_len,
-            "max_sequence": shape.max_sequence,
-            "tokens_per_step": rounded(shape.tokens_per_step),
-            "snapstream": shape.snapstream,
-            "decode_step_s": rounded(result.decode_step_s),
-            "prefill_s": {str(n): rounded(t) for n, t in sorted(result.prefill_s.items())},
-            "kv_bytes_per_token": rounded(shape.kv_bytes_per_token),
-        },
+    }
+    if len(graphs) == 1:
+        document["graphs"] = graphs[0]
+    return document
+
+
+def model_graphs(result: EngineResult, model: int) -> dict[str, Any]:
+    """What a model's graphs are: slots, cache, maximum sequence, tokens per step, SnapStream,
+    the decode step's and each executed prefill graph's time, KV bytes per token."""
+    shape = result.models[model].shape
+    prefill_s = result.model_prefill_s[model]
+    return {
+        "decode_slots": shape.decode_slots,
+        "cache_len": shape.cache_len,
+        "max_sequence": shape.max_sequence,
+        "tokens_per_step": rounded(shape.tokens_per_step),
+        "snapstream": shape.snapstream,
+        "decode_step_s": rounded(result.static_step_s[model]),
+        "prefill_s": {str(n): rounded(t) for n, t in sorted(prefill_s.items())},
+        "kv_bytes_per_token": rounded(shape.kv_bytes_per_token),
     }
 
 
+@dataclass(frozen=True)
+class ModelRun:
+    """One served model's simulated graphs, their shape, and its requests' index."""
+
+    served: ServedModel
+    times: SimulatedStepTimes
+    shape: GraphShape
+
+    def graphs(self) -> ModelGraphs:
+        f = self.times.facts
+        return ModelGraphs(self.name, self.shape, self.times, f.hbm_bytes, f.load_s)
+
+    @property
+    def name(self) -> str:
+        return self.served.name or self.times.facts.model
+
+
+def model_runs(
+    prefill: str | None, decode: str | None, workload: ResolvedWorkload, point: ServePoint
+) -> list[ModelRun]:
+    """Each model's graphs simulated (once per process) and shaped with the buckets."""
+    buckets = workload.spec.deployment.prefill_buckets
+    runs = []
+    for served in served_models(workload, prefill, decode):
+        times = simulated_step_times(
+            served.prefill,
+            served.decode,
+            [*served.overrides, *point.overrides],
+            served.prefill_overrides,
+            served.decode_overrides,
+        )
+        runs.append(ModelRun(served, times, shape_of(times.facts, buckets, workload)))
+    return runs
+
+
 def serve(
-    prefill: str,
-    decode: str,
+    prefill: str | None,
+    decode: str | None,
     workload: ResolvedWorkload,
     point: ServePoint = ServePoint(),
     progress: Progress | None = None,
     intervals: bool = True,
 ) -> ServeRun:
-    """Run `workload` on the two mappings at one point (`progress` hears of completed
-    requests). With `intervals`, it runs twice more, under the calibration ensemble's members at
-    the 5th and 95th percentile of the graphs' time scale, for each metric's interval."""
-    times = simulated_step_times(prefill, decode, point.overrides)
-    shape = shape_of(times.facts, workload.spec.deployment.prefill_buckets, workload)
+    """Run `workload` on its models (or the two mappings) at one point (`progress` hears of
+    completed requests). With `intervals`, it runs twice more, under the calibration
+    ensemble's members at the 5th and 95th percentile of the graphs' time scale, for each
+    metric's interval."""
+    runs = model_runs(prefill, decode, workload, point)
     requests = workload_requests(workload, point.rate)
-    check_requests(requests, shape, workload)
-    _prefetch(times, shape, workload)
-    config = engine_config(workload.spec.deployment, times.facts)
-    result = simulate_serving(requests, shape, times, config, progress)
+    for m, run in enumerate(runs):
+        mine = [r for r in requests if r.model == m]
+        if mine:
+            check_requests(mine, run.shape, workload)
+            _prefetch(run.times, run.shape, workload, mine)
+    config = engine_config(workload.spec.deployment, runs[0].times.facts)
+    config = replace(config, seed=workload.spec.seed)
+    config = residency_config(config, workload, runs)
+    graphs = [r.graphs() for r in runs]
+    result = simulate_models(requests, graphs, config, progress)
     metrics = summary(result, workload.spec.slo)
     document = point_document(point, workload, result, metrics)
     if intervals:
-        bounds = [
-            summary(simulate_serving(requests, shape, t, config), workload.spec.slo)
-            for t in bounding_times(times)
-        ]
+        ends = [simulate_models(requests, scaled, config) for scaled in bounding_graphs(runs)]
+        bounds = [summary(r, workload.spec.slo) | graph_times(r) for r in ends]
         if bounds:
-            document["intervals"] = serving_intervals(metrics, bounds)
+            document["intervals"] = serving_intervals(metrics | graph_times(result), bounds)
     return ServeRun(point, result, metrics, document)
 
 
-def bounding_times(times: SimulatedStepTimes) -> list[ScaledStepTimes]:
-    """The step times under the two calibration ensemble members at the 5th and 95th percentile
-    of the graphs' combined time scale (the geometric mean of the prefill's and the decode
-    step's scale against the point); none without a shipped ensemble."""
+def graph_times(result: EngineResult) -> dict[str, Any]:
+    """The run's graph times as the document's `graphs` holds them (for their intervals); none
+    with several models, whose graphs are per model."""
+    if len(result.models) > 1:
+        return {}
+    return {
+        "graphs": {
+            "decode_step_s": rounded(result.decode_step_s),
+            "prefill_s": {str(n): rounded(t) for n, t in sorted(result.prefill_s.items())},
+        }
+    }
+
+
+def residency_config(
+    config: EngineConfig, workload: ResolvedWorkload, runs: Sequence[ModelRun]
+) -> EngineConfig:
+    """The HBM budget and pinned models of a many-model node, checked: one hardware for all,
+    each model's plan within the budget beside the pinned ones."""
+    if len(runs) == 1 and workload.spec.residency is None:
+        return config
+    spec = workload.spec.residency
+    facts = [r.times.facts for r in runs]
+    if len({(f.hardware, f.sockets) for f in facts}) > 1:
+        raise workload.error(
+            "the models' decode mappings run on different hardware: "
+            + ", ".join(f"{r.name} on {f.hardware}" for r, f in zip(runs, facts, strict=True)),
+            ("models",),
+            "run every model on the same hardware (one node holds them all)",
+        )
+    budget = spec.hbm_bytes if spec and spec.hbm_bytes is not None else facts[0].hbm_capacity
+    names = [r.name for r in runs]
+    pinned = tuple(names.index(p) for p in (spec.pinned if spec else []))
+    check_residency(workload, names, [f.hbm_bytes for f in facts], budget, pinned)
+    return replace(config, hbm_budget=budget, pinned=pinned)
+
+
+def check_residency(
+    workload: ResolvedWorkload,
+    names: Sequence[str],
+    hbm: Sequence[float],
+    budget: float,
+    pinned: Sequence[int],
+) -> None:
+    """Every model must fit the budget beside the pinned ones, or it could never be served."""
+    held = sum(hbm[p] for p in pinned)
+    for m, name in enumerate(names):
+        need = held + (0.0 if m in pinned else hbm[m])
+        if need > budget:
+            beside = " beside the pinned models" if pinned and m not in pinned else ""
+            raise workload.error(
+                f"{name}'s decode plan takes {hbm[m] / 1e9:.3g} GB of HBM per socket, and "
+                f"{need / 1e9:.3g} GB{beside} is more than the {budget / 1e9:.3g} GB per socket "
+                "the models share",
+                ("residency",),
+                "raise residency.hbm_bytes, pin fewer models, or give the model a smaller plan "
+                "(set: {batch: ...} or a shorter seq_len)",
+            )
+
+
+def bounding_graphs(runs: Sequence[ModelRun]) -> list[list[ModelGraphs]]:
+    """Every model's graphs under the two calibration ensemble members at the 5th and 95th
+    percentile of the graphs' combined time scale (the geometric mean over the models of their
+    prefill's and decode step's scale against the point); none without a shipped ensemble."""
     ensemble = shipped_ensemble()
     if ensemble is None:
         return []
-    scales = []
+    per_model = [member_scales(r.times, ensemble) for r in runs]
+    ranked = sorted(
+        range(len(ensemble)), key=lambda i: math.prod(p[i][0] * p[i][1] for p in per_model)
+    )
+    picks = (ranked[round(0.05 * (len(ranked) - 1))], ranked[round(0.95 * (len(ranked) - 1))])
+    return [
+        [
+            replace(r.graphs(), times=ScaledStepTimes(r.times, *scales[i]))
+            for r, scales in zip(runs, per_model, strict=True)
+        ]
+        for i in picks
+    ]
+
+
+def member_scales(times: SimulatedStepTimes, ensemble: Any) -> list[tuple[float, float]]:
+    """Each ensemble member's (prefill, decode step) time against the point's."""
     pricers = {g: AnchoredPricer(r.program, r, times.hardware[g]) for g, r in times.main.items()}
     members = {g: ensemble.applied(times.hardware[g]) for g in pricers}
+    scales = []
     for i in range(len(ensemble)):
         s = {
             g: pricers[g].price(members[g][i]).total_latency_s / times.main[g].total_latency_s
             for g in pricers
         }
         scales.append((s["prefill"], s["decode"]))
-    ranked = sorted(scales, key=lambda ps: ps[0] * ps[1])
-    picks = (ranked[round(0.05 * (len(ranked) - 1))], ranked[round(0.95 * (len(ranked) - 1))])
-    return [ScaledStepTimes(times, p, d) for p, d in picks]
+    return scales
 
 
 def _numbers(d: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -285,8 +465,8 @@ def points_of(
 
 
 def serve_points(
-    prefill: str,
-    decode: str,
+    prefill: str | None,
+    decode: str | None,
     workload: ResolvedWorkload,
     points: Sequence[ServePoint],
     progress: Progress | None = None,

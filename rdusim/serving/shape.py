@@ -2,18 +2,24 @@
 
 SN40L runs static graphs (SnapStream paper §2.3): every tensor has a fixed shape, so
 
-* a prefill graph is compiled for one prompt length L_max; a shorter prompt is padded to it and
-  pays for the whole graph, unless the deployment compiles more graphs (`prefill_buckets`), in
-  which case a prompt runs on the shortest graph that holds it. A prompt longer than the longest
-  graph cannot run at all and is refused when the workload loads;
+* a prefill graph is compiled for one prompt length; a shorter prompt is padded to it and pays
+  for the whole graph. A deployment compiles graphs for several lengths (buckets) and runs a
+  prompt on the shortest that holds it: by default powers of two from `MIN_BUCKET` tokens up to
+  the prefill mapping's `seq_len` L_max, and L_max itself (`prefill_buckets: powers-of-two`);
+  `prefill_buckets: padded` compiles L_max alone (every prompt padded to it); a list compiles
+  those lengths and L_max. Only the graphs some request runs on are simulated. A prompt longer
+  than L_max cannot run at all and is refused when the workload loads;
 * a decode graph is compiled for a fixed number of sequences (its batch: the slots) and a fixed
   cache length; a sequence decodes "until the EOS token or x_{L_max} is generated" (§2.3), so a
   request's prompt plus output must fit in the decode mapping's `seq_len`. SnapStream keeps the
   cache at its compressed budget however long the sequence grows (§3.1, §3.3), so its slot needs only
   that many positions, and more slots fit in HBM (§5.2, Table 5: 4x the batch);
-* with multi-token prediction a step accepts `tokens_per_step` tokens per sequence on average;
-  a request's tokens after its first (which the prefill graph produces) come at that rate, so it
-  needs ceil((output - 1) / tokens_per_step) decode steps (the expected acceptance, not a draw).
+* with multi-token prediction or a draft model a step accepts `tokens_per_step` tokens per
+  sequence on average. When the step verifies k drafts at acceptance a (`draft_tokens` > 0),
+  each step's accepted tokens are drawn (`rdusim.serving.acceptance`) and a request takes as
+  many steps as its draws need for its tokens after the first (which the prefill graph
+  produces); a factor reported on a plain step (`mtp: {mode: scaled}`) has no distribution, so
+  the request needs ceil((output - 1) / tokens_per_step) steps.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ from dataclasses import dataclass
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.serving.arrivals import Request
 from rdusim.serving.step_times import GraphFacts
-from rdusim.spec.workload import ResolvedWorkload
+from rdusim.spec.workload import BucketScheme, ResolvedWorkload
 
 UNLIMITED_HOLD = 1 << 40
+MIN_BUCKET = 1024  # the shortest default prefill graph, in tokens
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,8 @@ class GraphShape:
     kv_bytes_per_token: float = 0.0
     snapstream: bool = False
     prefill_hold: int = UNLIMITED_HOLD  # finished caches a prefill node may hold (disaggregated)
+    draft_tokens: int = 0  # k drafts verified per step (0: steps accept their mean, undrawn)
+    acceptance: float = 1.0  # per-draft acceptance rate a
 
     def __post_init__(self) -> None:
         if not self.prefill_lengths or list(self.prefill_lengths) != sorted(
@@ -70,7 +79,8 @@ class GraphShape:
         return self.kv_tokens(prompt_tokens) * self.kv_bytes_per_token
 
     def decode_steps(self, output_tokens: int) -> int:
-        """Decode steps a request needs after its first token."""
+        """Decode steps a request needs after its first token at the mean rate (the engine
+        draws them instead when a step verifies drafts: `rdusim.serving.acceptance`)."""
         return ceil_steps(output_tokens - 1, self.tokens_per_step)
 
 
@@ -81,12 +91,28 @@ def ceil_steps(tokens: int, tokens_per_step: float) -> int:
     return max(1, math.ceil(tokens / tokens_per_step - 1e-9))
 
 
+def bucket_lengths(seq_len: int, buckets: Sequence[int] | BucketScheme | None) -> list[int]:
+    """The extra prefill graph lengths of a `prefill_buckets` value (the mapping's `seq_len`
+    comes on top): the listed ones, none (`padded`), or powers of two from `MIN_BUCKET` below
+    `seq_len` (the default, `powers-of-two`)."""
+    if buckets is None or buckets == BucketScheme.POWERS_OF_TWO:
+        return [
+            1 << k
+            for k in range(MIN_BUCKET.bit_length() - 1, seq_len.bit_length())
+            if (1 << k) < seq_len
+        ]
+    if buckets == BucketScheme.PADDED:
+        return []
+    assert not isinstance(buckets, str)
+    return list(buckets)
+
+
 def shape_of(
-    facts: GraphFacts, buckets: Sequence[int] | None, workload: ResolvedWorkload
+    facts: GraphFacts, buckets: Sequence[int] | BucketScheme | None, workload: ResolvedWorkload
 ) -> GraphShape:
     """The shape of the simulated graphs, with the workload's prefill buckets (each no longer
     than the prefill mapping's `seq_len`, which is always a graph)."""
-    extra = list(buckets or [])
+    extra = bucket_lengths(facts.prefill_len, buckets)
     too_long = [b for b in extra if b > facts.prefill_len]
     if too_long:
         key = ("deployment", "prefill_buckets")
@@ -108,6 +134,8 @@ def shape_of(
         kv_bytes_per_token=facts.kv_bytes_per_token,
         snapstream=facts.snapstream,
         prefill_hold=facts.prefill_hold,
+        draft_tokens=facts.draft_tokens,
+        acceptance=facts.acceptance,
     )
 
 

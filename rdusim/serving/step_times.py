@@ -27,7 +27,7 @@ sweep over arrival rates simulates each graph once.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Protocol
@@ -35,12 +35,14 @@ from typing import Protocol
 from rdusim.compiler.capacity import does_not_fit, max_batch
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
+from rdusim.compiler.residency import hbm_capacity, model_weights, switch_bandwidth, switch_seconds
 from rdusim.errors import SpecError
 from rdusim.ir.model import summarize
 from rdusim.sim.model import SimResult, simulate
 from rdusim.spec.catalog import resolve_mapping
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import ResolvedMapping, load_mapping
+from rdusim.spec.placement import Tier
 
 # Cache lengths of the decode grid, as fractions of the compiled graph's.
 CACHE_FRACTIONS = (1 / 16, 1 / 4, 1 / 2, 3 / 4, 1.0)
@@ -56,6 +58,22 @@ class StepTimes(Protocol):
     def decode_step_s(self, slots: int, cache_len: int) -> float:
         """One decode step of `slots` sequences over caches of `cache_len` positions."""
         ...
+
+    def chunk_s(self, index: int, chunk_tokens: int) -> float:
+        """One execution of the chunk graph on chunk `index` (from 0) of a prompt cut into
+        chunks of `chunk_tokens`: what the chunk adds to the prompt's prefill (its tokens'
+        work, attention over the chunks before it included) plus one execution's kernel calls
+        (`chunk_time`)."""
+        ...
+
+
+def chunk_time(work_s: Callable[[int], float], calls_s: float, index: int, tokens: int) -> float:
+    """Chunk `index` of `tokens`-token chunks: W((index + 1) x tokens) - W(index x tokens) +
+    `calls_s`, where W(L) is a prefill graph of L tokens without its kernel calls (W(0) = 0),
+    never below the calls alone. A prompt's chunks add up to the prefill of its length rounded
+    up to whole chunks, plus one set of kernel calls per chunk."""
+    before = work_s(index * tokens) if index > 0 else 0.0
+    return calls_s + max(0.0, work_s((index + 1) * tokens) - before)
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,12 @@ class LinearStepTimes:
     def decode_step_s(self, slots: int, cache_len: int) -> float:
         per_slot = self.decode_per_slot_s + self.decode_per_token_s * cache_len
         return self.decode_base_s + per_slot * slots
+
+    def chunk_s(self, index: int, chunk_tokens: int) -> float:
+        """`prefill_base_s` (the calls) + `prefill_per_token_s` per chunk token."""
+        return chunk_time(
+            lambda n: self.prefill_per_token_s * n, self.prefill_base_s, index, chunk_tokens
+        )
 
 
 @dataclass(frozen=True)
@@ -148,6 +172,13 @@ class GraphFacts:
     p2p_latency_s: float
     prefill_hold: int  # finished caches a prefill node can hold beside its plan (disaggregated)
     min_cache_len: int  # the shortest cache the decode mapping compiles (SnapStream: sink + 1)
+    draft_tokens: int = 0  # drafts verified per step, when the accepted tokens are a draw
+    acceptance: float = 1.0  # their per-draft acceptance rate
+    model: str = ""  # the model's name
+    hardware: str = ""  # the decode node's hardware
+    hbm_bytes: float = 0.0  # the decode plan per socket: weights, the slots' caches, workspace
+    hbm_capacity: float = 0.0  # usable HBM per socket (what the plans are checked against)
+    load_s: float = 0.0  # loading the weights' shard from DDR into HBM (a switch to the model)
 
 
 @dataclass
@@ -157,8 +188,11 @@ class SimulatedStepTimes:
     prefill: str
     decode: str
     overrides: tuple[str, ...]
+    prefill_overrides: tuple[str, ...] = ()  # applied to the prefill mapping only, after
+    decode_overrides: tuple[str, ...] = ()  # applied to the decode mapping only, after
     facts: GraphFacts = field(init=False)
     _prefill: dict[int, float] = field(default_factory=dict, init=False)
+    _prefill_calls: dict[int, float] = field(default_factory=dict, init=False)
     _decode: dict[tuple[int, int], float] = field(default_factory=dict, init=False)
     _grid: DecodeGrid | None = field(default=None, init=False)
     # the two graphs at their compiled shapes, simulated: what the calibration ensemble re-prices
@@ -166,8 +200,8 @@ class SimulatedStepTimes:
     hardware: dict[str, Hardware] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        decode_rm = load_mapping(self.decode, list(self.overrides))
-        prefill_rm = load_mapping(self.prefill, list(self.overrides))
+        decode_rm = load_mapping(self.decode, self._decode_overrides())
+        prefill_rm = load_mapping(self.prefill, self._prefill_overrides())
         _check_phase(prefill_rm, "prefill", "--prefill")
         _check_phase(decode_rm, "decode", "--decode")
         decode_prog = _decode_program(decode_rm)
@@ -189,6 +223,15 @@ class SimulatedStepTimes:
             p2p_latency_s=hw.links.p2p_latency_s,
             prefill_hold=_prefill_hold(prefill_rm, prefill_prog, decode_prog.kv_len),
             min_cache_len=ss.sink + 1 if decode_prog.snapstream else 1,
+            draft_tokens=_drafts(decode_prog)[0],
+            acceptance=_drafts(decode_prog)[1],
+            model=decode_rm.model.name,
+            hardware=hw.name,
+            hbm_bytes=decode_prog.hbm.used,
+            hbm_capacity=hbm_capacity(hw),
+            load_s=switch_seconds(
+                model_weights(decode_rm.model, hw.sockets), None, hw.sockets, switch_bandwidth(hw)
+            ),
         )
         _check_pair(prefill_rm, prefill_prog, decode_rm, decode_prog)
         self.main["decode"] = simulate(decode_prog, hw)
@@ -196,13 +239,23 @@ class SimulatedStepTimes:
         self.hardware = {"decode": hw, "prefill": prefill_rm.hardware}
         self._decode[(wl.batch, decode_prog.kv_len)] = self.main["decode"].total_latency_s
         self._prefill[prefill_rm.spec.seq_len] = self.main["prefill"].total_latency_s
+        self._prefill_calls[prefill_rm.spec.seq_len] = self.main["prefill"].kernel_call_time_s
 
     # --- the StepTimes protocol ------------------------------------------------------------
 
     def prefill_s(self, graph_len: int) -> float:
         if graph_len not in self._prefill:
-            self._prefill[graph_len] = self._simulate_prefill(graph_len)
+            result = self._simulate_prefill(graph_len)
+            self._prefill[graph_len] = result.total_latency_s
+            self._prefill_calls[graph_len] = result.kernel_call_time_s
         return self._prefill[graph_len]
+
+    def chunk_s(self, index: int, chunk_tokens: int) -> float:
+        def work(n: int) -> float:
+            return self.prefill_s(n) - self._prefill_calls[n]
+
+        self.prefill_s(chunk_tokens)
+        return chunk_time(work, self._prefill_calls[chunk_tokens], index, chunk_tokens)
 
     def decode_step_s(self, slots: int, cache_len: int) -> float:
         key = (slots, cache_len)
@@ -226,10 +279,18 @@ class SimulatedStepTimes:
         """A decode step simulated at exactly (slots, cache_len), kept for later."""
         key = (slots, cache_len)
         if key not in self._decode:
-            rm = load_mapping(self.decode, [*self.overrides, *self._cache_override(cache_len)])
+            rm = load_mapping(
+                self.decode, [*self._decode_overrides(), *self._cache_override(cache_len)]
+            )
             prog = compile_mapping(rm, batch=slots)
             self._decode[key] = simulate(prog, rm.hardware).total_latency_s
         return self._decode[key]
+
+    def _prefill_overrides(self) -> list[str]:
+        return [*self.overrides, *self.prefill_overrides]
+
+    def _decode_overrides(self) -> list[str]:
+        return [*self.overrides, *self.decode_overrides]
 
     def _cache_override(self, cache_len: int) -> list[str]:
         """The `--set` that compiles the decode graph with `cache_len` cached positions."""
@@ -237,15 +298,22 @@ class SimulatedStepTimes:
             return [f"snapstream.kv_len={cache_len}"]
         return [f"seq_len={cache_len}"]
 
-    def _simulate_prefill(self, graph_len: int) -> float:
+    def _simulate_prefill(self, graph_len: int) -> SimResult:
         """The prefill graph compiled for `graph_len`-token prompts; with SnapStream its
         compressed cache keeps the decode graph's length (or the whole prompt, if shorter)."""
         extra = [f"seq_len={graph_len}"]
         if self.facts.snapstream:
             extra.append(f"snapstream.kv_len={min(self.facts.cache_len, graph_len)}")
-        rm = load_mapping(self.prefill, [*self.overrides, *extra])
+        rm = load_mapping(self.prefill, [*self._prefill_overrides(), *extra])
         prog = _fitting(rm, compile_mapping(rm))
-        return simulate(prog, rm.hardware).total_latency_s
+        return simulate(prog, rm.hardware)
+
+
+def _drafts(program: Program) -> tuple[int, float]:
+    """(k, a) of a decode step whose accepted tokens are a draw; (0, 1.0) for a plain step or
+    a reported factor, whose steps accept their mean."""
+    sp = program.speculation
+    return (sp.draft_tokens, sp.acceptance) if sp.sampled else (0, 1.0)
 
 
 def _check_phase(rm: ResolvedMapping, phase: str, option: str) -> None:
@@ -260,18 +328,20 @@ def _check_phase(rm: ResolvedMapping, phase: str, option: str) -> None:
 
 def _fitting(rm: ResolvedMapping, program: Program) -> Program:
     """`program`, or an infeasible error when it does not fit in HBM."""
-    if program.hbm.fits:
+    if program.fits:
         return program
     raise does_not_fit(rm, program)
 
 
 def _prefill_hold(rm: ResolvedMapping, program: Program, cache_len: int) -> int:
     """Finished caches (at the graph's full length, compressed with SnapStream) that fit in the
-    HBM a prefill node's plan leaves free: a disaggregated prefill node keeps them there until
-    a decode node takes them."""
+    memory a prefill node's plan leaves free in the cache's tier (HBM, or DDR when `placement:`
+    puts the cache there): a disaggregated prefill node keeps them there until a decode node
+    takes them."""
     kv_tokens = cache_len if program.snapstream else rm.spec.seq_len
     per_socket = kv_tokens * summarize(rm.model).kv_bytes_per_token / rm.hardware.sockets
-    free = max(0.0, program.hbm.capacity - program.hbm.used)
+    tier = program.ddr if program.kv_tier == Tier.DDR else program.hbm
+    free = max(0.0, tier.capacity - tier.used)
     return int(free // per_socket) if per_socket > 0 else 0
 
 
@@ -316,15 +386,33 @@ def _check_pair(
 
 
 @lru_cache(maxsize=32)
-def _cached(prefill: str, decode: str, overrides: tuple[str, ...]) -> SimulatedStepTimes:
-    return SimulatedStepTimes(prefill, decode, overrides)
+def _cached(
+    prefill: str,
+    decode: str,
+    overrides: tuple[str, ...],
+    prefill_overrides: tuple[str, ...],
+    decode_overrides: tuple[str, ...],
+) -> SimulatedStepTimes:
+    return SimulatedStepTimes(prefill, decode, overrides, prefill_overrides, decode_overrides)
 
 
 def simulated_step_times(
-    prefill: str, decode: str, overrides: Sequence[str] = ()
+    prefill: str,
+    decode: str,
+    overrides: Sequence[str] = (),
+    prefill_overrides: Sequence[str] = (),
+    decode_overrides: Sequence[str] = (),
 ) -> SimulatedStepTimes:
-    """The step times of a mapping pair under `overrides`, simulated once per process."""
-    return _cached(resolve_mapping(prefill), resolve_mapping(decode), tuple(overrides))
+    """The step times of a mapping pair under `overrides` (then `prefill_overrides` on the
+    prefill mapping alone and `decode_overrides` on the decode one), simulated once per
+    process."""
+    return _cached(
+        resolve_mapping(prefill),
+        resolve_mapping(decode),
+        tuple(overrides),
+        tuple(prefill_overrides),
+        tuple(decode_overrides),
+    )
 
 
 @dataclass(frozen=True)
@@ -342,3 +430,6 @@ class ScaledStepTimes:
 
     def decode_step_s(self, slots: int, cache_len: int) -> float:
         return self.base.decode_step_s(slots, cache_len) * self.decode_scale
+
+    def chunk_s(self, index: int, chunk_tokens: int) -> float:
+        return self.base.chunk_s(index, chunk_tokens) * self.prefill_scale

@@ -4,7 +4,9 @@ Each op is a pipeline stage that processes the kernel's tiles in order. A stage 
 when its in-kernel producers have delivered tile i and its loader has brought tile i's HBM
 bytes (activations, cache, this tile's share of the weights it streams) on chip; loaders run
 ahead by one tile (double buffering). Outputs that leave the kernel go back to HBM through a
-writer. HBM and the P2P links are per-socket bandwidth resources shared by every stage; a
+writer. HBM, DDR and the P2P links are per-socket bandwidth resources shared by every stage
+(DDR carries the weights and cache `placement:` puts there; a tile that needs bytes from both
+tiers fetches them over both channels at once); a
 collective is a stage on the P2P link that streams tile by tile as its producer emits them, so
 communication overlaps compute (paper Fig. 6), and pays its rounds of link latency once.
 
@@ -57,7 +59,8 @@ class OpTiming:
     hbm_s: float  # time its HBM transfers held the channel
     stall_s: float  # time in the kernel neither computing nor moving data
     pcus: int
-    bound: str  # what limits this stage: compute | hbm | input
+    bound: str  # what limits this stage: compute | hbm | ddr | input
+    ddr_s: float = 0.0  # time its DDR transfers held that channel
 
 
 @dataclass
@@ -72,6 +75,8 @@ class PipelineRun:
     hbm_busy_s: float  # per iteration
     p2p_busy_s: float  # per iteration
     slices: list[Slice] = field(default_factory=list)
+    ddr_bytes: float = 0.0  # per iteration
+    ddr_busy_s: float = 0.0  # per iteration
 
 
 class _Barrier:
@@ -141,11 +146,14 @@ class _Run:
         self.env = simpy.Environment()
         self.hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
         self.p2p_rate = hw.links.p2p_bandwidth
+        # DDR streams at its peak: no public figure pins an achieved fraction
+        self.rates = {"hbm": self.hbm_rate, "ddr": hw.socket.ddr.bandwidth, "p2p": self.p2p_rate}
         self.wiring = _Wiring.of(kernel)
         self.slices: list[Slice] = []
         self.busy: dict[str, float] = defaultdict(float)
         self.hbm_time: dict[str, float] = defaultdict(float)
-        self.totals = {"hbm": 0.0, "p2p": 0.0, "hbm_bytes": 0.0, "p2p_bytes": 0.0}
+        self.ddr_time: dict[str, float] = defaultdict(float)
+        self.totals = {k: 0.0 for k in ("hbm", "ddr", "p2p", "hbm_bytes", "ddr_bytes", "p2p_bytes")}
         self.barriers = {id(c): _Barrier(self.env, sockets) for c in kernel.collectives}
         # iteration j is done on socket s when all of its stages and writers have finished
         self.done = [[self.env.event() for _ in range(iterations)] for _ in range(sockets)]
@@ -174,7 +182,7 @@ class _Run:
         order), so a looped kernel's prefetch only takes bandwidth the current one leaves."""
         if nbytes <= 0:
             return
-        rate = self.hbm_rate if kind == "hbm" else self.p2p_rate
+        rate = self.rates[kind]
         req = res.request(priority=iteration)
         yield req
         start = self.env.now
@@ -184,23 +192,60 @@ class _Run:
             self.totals[f"{kind}_bytes"] += nbytes
             if kind == "hbm":
                 self.hbm_time[who] += nbytes / rate
+            elif kind == "ddr":
+                self.ddr_time[who] += nbytes / rate
         self.record(kind.upper(), who, start, socket)
         res.release(req)
 
+    def fetch(
+        self,
+        channels: tuple[PriorityResource, PriorityResource],
+        nbytes: tuple[float, float],
+        who: str,
+        socket: int,
+        iteration: int,
+    ) -> Process:
+        """Move one tile's HBM and DDR bytes (`nbytes`) over the two channels at once: the tile
+        is there when both have arrived."""
+        hbm, ddr = channels
+        on_hbm, on_ddr = nbytes
+        if on_ddr <= 0:
+            yield from self.transfer(hbm, on_hbm, "hbm", who, socket, iteration)
+        elif on_hbm <= 0:
+            yield from self.transfer(ddr, on_ddr, "ddr", who, socket, iteration)
+        else:
+            both = [
+                self.env.process(self.transfer(hbm, on_hbm, "hbm", who, socket, iteration)),
+                self.env.process(self.transfer(ddr, on_ddr, "ddr", who, socket, iteration)),
+            ]
+            yield self.env.all_of(both)
+
     # --- processes -------------------------------------------------------------------------
-    def loader(self, p: OpPlan, out: Store, hbm: PriorityResource, socket: int) -> Process:
-        per_tile = p.hbm_in_bytes / self.n
+    def loader(
+        self,
+        p: OpPlan,
+        out: Store,
+        channels: tuple[PriorityResource, PriorityResource],
+        socket: int,
+    ) -> Process:
+        per_tile = (p.hbm_in_bytes / self.n, p.ddr_in_bytes / self.n)
         for it in range(self.iterations):
             for i in range(self.n):
-                yield from self.transfer(hbm, per_tile, "hbm", p.name, socket, it)
+                yield from self.fetch(channels, per_tile, p.name, socket, it)
                 yield out.put(i)
 
-    def writer(self, p: OpPlan, inbox: Store, hbm: PriorityResource, socket: int) -> Process:
-        per_tile = p.hbm_write / self.n
+    def writer(
+        self,
+        p: OpPlan,
+        inbox: Store,
+        channels: tuple[PriorityResource, PriorityResource],
+        socket: int,
+    ) -> Process:
+        per_tile = ((p.hbm_write - p.ddr_write) / self.n, p.ddr_write / self.n)
         for it in range(self.iterations):
             for _ in range(self.n):
                 yield inbox.get()
-                yield from self.transfer(hbm, per_tile, "hbm", p.name, socket, it)
+                yield from self.fetch(channels, per_tile, p.name, socket, it)
             self.finished(socket, it)
 
     def collective(
@@ -271,6 +316,7 @@ class _Run:
     def start_socket(self, s: int) -> None:
         env = self.env
         hbm = PriorityResource(env, capacity=1)
+        channels = (hbm, PriorityResource(env, capacity=1))  # HBM, DDR
         p2p = PriorityResource(env, capacity=1)
         edges = {e: Store(env) for e in self.kernel.edges}
         coll_in = {id(c): Store(env) for c in self.kernel.collectives}
@@ -284,11 +330,11 @@ class _Run:
         depth = 1 + (self.n if self.kernel.prefetch_iteration and self.iterations > 1 else 0)
         for p in self.kernel.ops:
             loaded = Store(env, capacity=depth)
-            env.process(self.loader(p, loaded, hbm, s))
+            env.process(self.loader(p, loaded, channels, s))
             wbox = None
             if p.hbm_write > 0:
                 wbox = Store(env)
-                env.process(self.writer(p, wbox, hbm, s))
+                env.process(self.writer(p, wbox, channels, s))
             env.process(self.stage(p, loaded, wbox, edges, coll_in, coll_out, s))
         for c in self.kernel.collectives:
             env.process(self.collective(c, p2p, coll_in[id(c)], coll_out[id(c)], s))
@@ -303,12 +349,14 @@ class _Run:
         for p in self.kernel.ops:
             b = self.busy[p.name] / k
             h = self.hbm_time[p.name] / k
-            bound = "compute" if b >= h and b > 0 else ("hbm" if h > 0 else "input")
-            stall = max(0.0, pipeline / k - max(b, h))
-            timings.append(OpTiming(p.name, b, h, stall, p.pcus, bound))
+            d = self.ddr_time[p.name] / k
+            stall = max(0.0, pipeline / k - max(b, h, d))
+            timings.append(OpTiming(p.name, b, h, stall, p.pcus, _bound(b, h, d), d))
         candidates = {f"op {t.name}": t.busy_s for t in timings}
         candidates["HBM bandwidth"] = self.totals["hbm"] / k
         candidates["P2P links"] = self.totals["p2p"] / k
+        if self.totals["ddr"] > 0:
+            candidates["DDR bandwidth"] = self.totals["ddr"] / k
         return PipelineRun(
             pipeline_s=pipeline,
             ops=timings,
@@ -318,7 +366,19 @@ class _Run:
             hbm_busy_s=self.totals["hbm"] / k,
             p2p_busy_s=self.totals["p2p"] / k,
             slices=self.slices,
+            ddr_bytes=self.totals["ddr_bytes"] / k,
+            ddr_busy_s=self.totals["ddr"] / k,
         )
+
+
+def _bound(busy: float, hbm: float, ddr: float) -> str:
+    """What limits a stage: its compute, the HBM or DDR channel's time for its bytes, or (with
+    neither) its inputs."""
+    if busy >= max(hbm, ddr) and busy > 0:
+        return "compute"
+    if hbm >= ddr and hbm > 0:
+        return "hbm"
+    return "ddr" if ddr > 0 else "input"
 
 
 def simulate_pipeline(

@@ -58,6 +58,8 @@ class KernelTiming:
     # trace slices are simulated at fewer tiles than the kernel has, and stretched by this factor
     # onto the extrapolated pipeline
     trace_scale: float = 1.0
+    ddr_bytes: float = 0.0  # per execution
+    ddr_busy_s: float = 0.0
 
     @property
     def call_time_s(self) -> float:
@@ -131,7 +133,9 @@ def time_kernel(
             period = steps[-1]
             settle = sum(x - period for x in steps)
     scale = pipeline / one.pipeline_s if one.pipeline_s > 0 else 1.0
-    ops = [replace(o, stall_s=max(0.0, pipeline - max(o.busy_s, o.hbm_s))) for o in one.ops]
+    ops = [
+        replace(o, stall_s=max(0.0, pipeline - max(o.busy_s, o.hbm_s, o.ddr_s))) for o in one.ops
+    ]
     call = call_cost(kernel, hw, orchestration)
     slices = [
         Slice(s.track, s.name, call + s.start * scale, call + s.end * scale, s.socket)
@@ -153,4 +157,6 @@ def time_kernel(
         slices=slices,
         trace_scale=scale,
         settle_s=settle,
+        ddr_bytes=one.ddr_bytes,
+        ddr_busy_s=one.ddr_busy_s,
     )

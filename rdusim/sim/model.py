@@ -85,8 +85,8 @@ class SimResult:
         return tokens / self.total_latency_s
 
     def traffic(self, which: str) -> float:
-        """Bytes moved per socket over HBM or P2P for the whole prompt/step."""
-        attr = "hbm_bytes" if which == "hbm" else "p2p_bytes"
+        """Bytes moved per socket over HBM, DDR or P2P for the whole prompt/step."""
+        attr = {"hbm": "hbm_bytes", "ddr": "ddr_bytes", "p2p": "p2p_bytes"}[which]
         return sum(getattr(k, attr) * r.executions for r in self.all_layers() for k in r.kernels)
 
 

@@ -9,7 +9,8 @@ and far too large for a browser. Two layouts keep the file small:
   head, MTP), so kernel slices never overlap and their durations add up to the report's layer
   latencies; the timeline is one layer of each kind long, not the whole run;
 * `chrome_trace_full` (`rdusim map --trace-full`): every layer execution in order on one
-  timeline (embedding, each layer in the model's order, head, the MTP drafts), ending at the
+  timeline (a draft model's k steps, embedding, each layer in the model's order, head, the MTP
+  drafts), ending at the
   report's `total_latency_s`; the detail below is drawn for the first execution of each layer
   kind and extra only, the rest show kernel slices.
 
@@ -41,8 +42,8 @@ MAX_STREAMS_IN_ARGS = 8  # names listed in a merged transfer slice's args
 DETAILED_EXECUTIONS = 1  # full trace: executions of each layer kind / extra drawn in detail
 
 _TID_STRIDE = 1000  # tids are unique across processes: pid * stride + local index
-_TID_LAYERS, _TID_KERNELS, _TID_HBM, _TID_P2P, _TID_FIRST_OP = 0, 1, 2, 3, 10
-_RESOURCE_TIDS = {"HBM": _TID_HBM, "P2P": _TID_P2P}
+_TID_LAYERS, _TID_KERNELS, _TID_HBM, _TID_P2P, _TID_DDR, _TID_FIRST_OP = 0, 1, 2, 3, 4, 10
+_RESOURCE_TIDS = {"HBM": _TID_HBM, "P2P": _TID_P2P, "DDR": _TID_DDR}
 
 
 def _extra(result: SimResult, role: ExtraRole, module: int | None = None) -> LayerResult | None:
@@ -95,6 +96,12 @@ class _Tracks:
             "HBM": base + _TID_HBM,
             "P2P": base + _TID_P2P,
         }
+
+    def resource(self, track: str) -> int:
+        """A channel's thread: HBM and P2P always, DDR from its first transfer on."""
+        if track not in self.fixed:
+            self.fixed[track] = self.pid * _TID_STRIDE + _RESOURCE_TIDS[track]
+        return self.fixed[track]
 
     def op(self, name: str) -> int:
         if name not in self.ops:
@@ -179,9 +186,9 @@ def _op_events(
 def _transfer_events(
     mine: list[Slice], t0: float, tracks: _Tracks, where: dict[str, Any], merge_gap_s: float
 ) -> list[dict[str, Any]]:
-    """HBM and P2P transfers, those closer than `merge_gap_s` merged into one slice."""
+    """HBM, DDR and P2P transfers, those closer than `merge_gap_s` merged into one slice."""
     events = []
-    for track in ("HBM", "P2P"):
+    for track in ("HBM", "DDR", "P2P"):
         for group in _merge((s for s in mine if s.track == track), merge_gap_s):
             held: dict[str, float] = defaultdict(float)
             for s in group:
@@ -195,7 +202,7 @@ def _transfer_events(
                     t0 + min(s.start for s in group),
                     t0 + max(s.end for s in group),
                     tracks.pid,
-                    tracks.fixed[track],
+                    tracks.resource(track),
                     {
                         **where,
                         "transfers": len(group),
@@ -281,9 +288,11 @@ class _Sequencer:
 
 
 def _every_execution(result: SimResult, layer_order: Sequence[str], detailed: int) -> list[_Run]:
-    """Embedding, each layer in `layer_order`, head, then per MTP draft: its embedding, the
-    module that drafts it (draft j: module j mod modules), its head."""
+    """A draft model's k steps first (each: its embedding, every layer, its head), then the
+    target's: embedding, each layer in `layer_order`, head, then per MTP draft: its embedding,
+    the module that drafts it (draft j: module j mod modules), its head."""
     seq = _Sequencer(result, detailed)
+    _draft_model_steps(seq, result)
     seq.add(_extra(result, ExtraRole.EMBEDDING), "embedding")
     for index, kind in enumerate(layer_order):
         seq.add(result.layers[kind], f"layer {index} ({kind})", index=index)
@@ -303,6 +312,21 @@ def _every_execution(result: SimResult, layer_order: Sequence[str], detailed: in
                 seq.add(part, f"{part.kind} (draft {j + 1})", draft=j + 1)
     seq.leftovers(result)
     return seq.runs
+
+
+def _draft_model_steps(seq: _Sequencer, result: SimResult) -> None:
+    """A draft model's decode steps, one after another, as the step runs them before it
+    verifies."""
+    embedding = _extra(result, ExtraRole.DRAFT_EMBEDDING)
+    layers = [lr for lr in result.extras.values() if lr.role == ExtraRole.DRAFT_LAYER]
+    head = _extra(result, ExtraRole.DRAFT_HEAD)
+    for j in range(embedding.executions if embedding is not None else 0):
+        seq.add(embedding, f"draft embedding (draft {j + 1})", draft=j + 1)
+        for lr in layers:
+            for i in range(lr.count):
+                kind = lr.kind.removeprefix("draft_")
+                seq.add(lr, f"draft layer {i} ({kind}, draft {j + 1})", draft=j + 1)
+        seq.add(head, f"draft head (draft {j + 1})", draft=j + 1)
 
 
 def _timeline(

@@ -38,6 +38,8 @@ from rdusim.spec.overrides import (
     parse_overrides,
     set_path,
 )
+from rdusim.spec.placement import PlacementSpec, check_placement
+from rdusim.spec.speculation import Drafter, Speculation
 from rdusim.spec.yamlio import (
     did_you_mean,
     dotted,
@@ -220,26 +222,91 @@ class MtpSpec(Strict):
         return self
 
     @property
+    def speculation(self) -> Speculation:
+        """The step's speculation with the MTP module as the drafter (`scaled`: no drafts, the
+        reported factor)."""
+        drafter = Drafter.MTP if self.uses_module else Drafter.NONE
+        if self.mode == MtpMode.SCALED:
+            return Speculation(drafter, reported=self.tokens_per_step)
+        if not self.draft_tokens:
+            return Speculation()
+        return Speculation(drafter, self.draft_tokens, self.acceptance)
+
+    @property
     def verified_tokens(self) -> int:
         """Tokens per sequence the main model processes in one step."""
-        return self.draft_tokens + 1 if self.mode == MtpMode.VERIFY else 1
+        return self.speculation.verified_tokens
 
     @property
     def module_runs(self) -> int:
         """Sequential runs of the MTP module per step."""
-        return self.draft_tokens if self.mode == MtpMode.VERIFY else 0
+        return self.speculation.draft_runs
 
     @property
     def accepted_tokens(self) -> float:
         """Expected tokens accepted per sequence and step."""
-        if self.mode == MtpMode.SCALED:
-            assert self.tokens_per_step is not None
-            return self.tokens_per_step
-        return sum(self.acceptance**i for i in range(self.draft_tokens + 1))
+        return self.speculation.accepted_tokens
 
     @property
     def uses_module(self) -> bool:
         return self.draft_tokens > 0 or (self.tokens_per_step or 1.0) > 1.0
+
+
+class DraftKernels(StrEnum):
+    """How a draft model's layers are mapped onto the node."""
+
+    TARGET = "target"  # the target mapping's kernels for the same layer kind (auto where none)
+    AUTO = "auto"  # every draft graph auto-mapped: greedy fusion, each op TP over the node
+
+
+class SpeculativeSpec(Strict):
+    """Speculative decoding with a draft model held beside the target (decode only).
+
+    Each step runs the draft's decode step k times, then the target verifies k + 1 tokens per
+    sequence; the expected tokens accepted per step are (1 - a^(k+1)) / (1 - a). The draft's
+    weights and its KV cache (the batch's sequences at the target's cache length) are charged to
+    HBM. `acceptance` is the per-draft acceptance rate: an assumption about the pair and the
+    task, not something rdusim derives."""
+
+    draft: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="the draft model: a shipped model name or a model file (as `model:`)",
+    )
+    draft_tokens: int = Field(ge=1, le=16, description="draft tokens per step (k)")
+    acceptance: float = Field(
+        ge=0, le=1, allow_inf_nan=False, description="per-draft acceptance rate (a)"
+    )
+    kernels: DraftKernels = Field(
+        default=DraftKernels.TARGET,
+        description="target: the draft's layers run the target mapping's kernels for their "
+        "layer kind; auto: every draft graph is auto-mapped",
+    )
+
+    @field_validator("draft_tokens", mode="before")
+    @classmethod
+    def _some_drafts(cls, v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool) and v < 1:
+            raise PydanticCustomError(
+                "greater_than_equal",
+                "a step drafts at least 1 token (k >= 1); to decode without drafts, remove the "
+                "speculative section",
+            )
+        return v
+
+    @field_validator("acceptance", mode="before")
+    @classmethod
+    def _probability(cls, v: Any) -> Any:
+        if isinstance(v, int | float) and not isinstance(v, bool) and not 0 <= v <= 1:
+            raise PydanticCustomError(
+                "less_than_equal" if v > 1 else "greater_than_equal",
+                "acceptance is the probability that the target accepts a draft token: from 0 to 1",
+            )
+        return v
+
+    @property
+    def speculation(self) -> Speculation:
+        return Speculation(Drafter.MODEL, self.draft_tokens, self.acceptance, self.draft)
 
 
 class RoutingSpec(Strict):
@@ -312,8 +379,10 @@ class MappingSpec(Strict):
         description="run the layers of a kind that is one kernel as one call with a loop",
     )
     mtp: MtpSpec = Field(default_factory=MtpSpec)
+    speculative: SpeculativeSpec | None = None
     moe: MoeSpec = Field(default_factory=MoeSpec)
     snapstream: SnapStreamSpec = Field(default_factory=SnapStreamSpec)
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
     kernels: Kernels = "auto"
     reference: str | None = Field(
         default=None,
@@ -335,9 +404,19 @@ class MappingSpec(Strict):
         return data
 
     @property
+    def speculation(self) -> Speculation:
+        """What a step speculates: the draft model, else the MTP module, else nothing (a
+        prefill runs no drafts)."""
+        if self.phase != "decode":
+            return Speculation()
+        if self.speculative is not None:
+            return self.speculative.speculation
+        return self.mtp.speculation
+
+    @property
     def tokens_per_step(self) -> float:
         """Tokens accepted per sequence and decode step."""
-        return self.mtp.accepted_tokens if self.phase == "decode" else 1.0
+        return self.speculation.accepted_tokens
 
     @field_validator("batch", mode="before")
     @classmethod
@@ -435,6 +514,7 @@ class ResolvedMapping:
     hardware: Hardware
     source: Source
     expert_loads: tuple[float, ...] = ()  # moe.routing histogram, read from its file
+    draft: ModelSpec | None = None  # speculative.draft, loaded
 
 
 def settable_paths() -> list[str]:
@@ -550,8 +630,59 @@ def resolve_spec(
     _check_workload(spec, model, file, doc)
     check_layer_kinds(spec, model, file, doc)
     _check_moe(spec, model, file, doc)
+    check_placement(spec.placement, model, file, doc, has_draft=spec.speculative is not None)
     loads = _expert_loads(spec, model, here, file, doc)
-    return ResolvedMapping(spec, model, hardware, Source(file, doc), loads)
+    draft = _draft_model(spec, model, base, file, doc)
+    return ResolvedMapping(spec, model, hardware, Source(file, doc), loads, draft)
+
+
+def _draft_model(
+    spec: MappingSpec, model: ModelSpec, base: Path | None, file: str, doc: Any
+) -> ModelSpec | None:
+    """The draft model `speculative:` names, loaded (resolved like `model:`) and checked against
+    the target: a decode mapping, no MTP besides it, the same vocabulary, a long enough context."""
+    s = spec.speculative
+    if s is None:
+        return None
+
+    def bad(problem: str, fix: str, key: tuple[str, ...] = ("speculative",)) -> SpecError:
+        return SpecError(problem, file=file, key=dotted(key), line=line_of(doc, key), fix=fix)
+
+    if spec.phase != "decode":
+        raise bad(
+            "speculative decoding applies to decode (a prefill runs no drafts)",
+            "remove the speculative section from a prefill mapping",
+        )
+    if spec.mtp.uses_module:
+        raise bad(
+            "give one drafter: both mtp (the model's own module) and speculative (a draft "
+            "model) are set",
+            "remove the mtp section (or set mtp.draft_tokens: 0), or remove speculative",
+        )
+    try:
+        path = resolve_model(s.draft, base)
+    except SpecError as exc:
+        raise bad(
+            f"draft model {s.draft!r} not found", exc.fix or "", ("speculative", "draft")
+        ) from None
+    draft = load_model_config(path)
+    if draft.vocab_size != model.vocab_size:
+        raise bad(
+            f"the draft {draft.name} has a vocabulary of {draft.vocab_size} tokens and "
+            f"{model.name} one of {model.vocab_size}: the target verifies the draft's tokens, "
+            "so both need the same tokenizer",
+            f"choose a draft with vocab_size {model.vocab_size} (a smaller model of the same "
+            "family)",
+            ("speculative", "draft"),
+        )
+    if spec.seq_len > draft.max_position_embeddings:
+        raise bad(
+            f"seq_len {spec.seq_len} exceeds the draft {draft.name}'s max_position_embeddings "
+            f"({draft.max_position_embeddings}); the draft reads every sequence's whole context",
+            "use a shorter sequence or a draft with a longer context",
+            ("speculative", "draft"),
+        )
+    return draft
 
 
 def _check_moe(spec: MappingSpec, model: ModelSpec, file: str, doc: Any) -> None:

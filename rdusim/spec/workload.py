@@ -9,6 +9,10 @@ prompt_tokens: {dist: fixed, value: 130048}     # fixed | uniform | lognormal (a
 output_tokens: {dist: fixed, value: 1024}
 slo: {ttft_s: 30, tpot_s: 0.2}
 deployment: {mode: colocated}                   # or {mode: disaggregated, prefill_nodes: 4, decode_nodes: 1}
+models:                                         # optional: several models on colocated nodes
+  - {name: router, model: llama-3.2-3b, share: 3}   # default mappings (rdusim.serving.models)
+  - {prefill: llama31_8b_prefill, decode: llama31_8b_decode, decode_batch: 32}
+residency: {pinned: [router]}                   # optional: HBM budget per socket, pinned models
 ```
 
 Validated like every spec (`rdusim.spec.yamlio`): an unknown key anywhere is an error with the
@@ -25,10 +29,11 @@ from __future__ import annotations
 import json
 import math
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -199,9 +204,16 @@ class KvLinkSpec(Strict):
     latency_s: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
 
 
+class BucketScheme(StrEnum):
+    """Which prefill graphs a deployment compiles when it lists no lengths of its own."""
+
+    POWERS_OF_TWO = "powers-of-two"  # 1024, 2048, ... below the mapping's seq_len, and seq_len
+    PADDED = "padded"  # the mapping's seq_len alone: every prompt padded to it
+
+
 # The deployment fields that belong to one mode only.
 MODE_FIELDS: dict[DeploymentMode, tuple[str, ...]] = {
-    DeploymentMode.COLOCATED: ("nodes", "policy", "decode_steps_per_prefill"),
+    DeploymentMode.COLOCATED: ("nodes", "policy", "decode_steps_per_prefill", "prefill_chunk"),
     DeploymentMode.DISAGGREGATED: ("prefill_nodes", "decode_nodes", "kv_link"),
 }
 DEFAULT_DECODE_STEPS_PER_PREFILL = 4
@@ -222,14 +234,17 @@ class DeploymentSpec(Strict):
     prefill_nodes: Nodes | None = None
     decode_nodes: Nodes | None = None
     kv_link: KvLinkSpec | None = None
-    prefill_buckets: list[Tokens] | None = Field(
+    prefill_buckets: list[Tokens] | BucketScheme | None = Field(
         default=None,
-        min_length=1,
-        max_length=MAX_BUCKETS,
-        description="prompt lengths of extra prefill graphs; the prefill mapping's seq_len is "
-        "always one",
+        description="prompt lengths of extra prefill graphs (the prefill mapping's seq_len is "
+        "always one), or powers-of-two (the default) or padded (the seq_len graph alone)",
     )
     decode_step: DecodeStepCost = DecodeStepCost.STATIC
+    prefill_chunk: Tokens | None = Field(
+        default=None,
+        description="colocated: prompt tokens of the static chunk graph a prefill runs in, one "
+        "chunk between two decode steps",
+    )
 
     @model_validator(mode="after")
     def _fields_of(self) -> DeploymentSpec:
@@ -245,9 +260,12 @@ class DeploymentSpec(Strict):
             raise ValueError(
                 f"decode_steps_per_prefill applies to policy 'mixed', not {self.scheduling.value!r}"
             )
-        buckets = self.prefill_buckets or []
-        if sorted(set(buckets)) != buckets:
-            raise ValueError("prefill_buckets must be increasing, each length once")
+        buckets = self.prefill_buckets
+        if isinstance(buckets, list):
+            if not 1 <= len(buckets) <= MAX_BUCKETS:
+                raise ValueError(f"prefill_buckets lists 1 to {MAX_BUCKETS} lengths")
+            if sorted(set(buckets)) != buckets:
+                raise ValueError("prefill_buckets must be increasing, each length once")
         return self
 
     @property
@@ -257,6 +275,72 @@ class DeploymentSpec(Strict):
     @property
     def steps_per_prefill(self) -> int:
         return self.decode_steps_per_prefill or DEFAULT_DECODE_STEPS_PER_PREFILL
+
+
+MAX_MODELS = 64
+SetValue = str | int | float | bool
+
+
+class ModelClassSpec(Strict):
+    """One model a workload serves, with its share of the requests: a shipped model or model
+    file (`model:`, served on the default mappings, `rdusim.serving.models`) or a pair of
+    mappings (`prefill:` and `decode:`). `set` applies `--set`-style values to its mappings;
+    `prompt_tokens` / `output_tokens` give its requests their own lengths."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    model: str | None = Field(default=None, min_length=1, max_length=4096)
+    prefill: str | None = Field(default=None, min_length=1, max_length=4096)
+    decode: str | None = Field(default=None, min_length=1, max_length=4096)
+    share: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
+    set: dict[str, SetValue] | None = Field(default=None, max_length=64)
+    decode_batch: Annotated[int, Field(ge=1, le=1 << 20)] | Literal["max"] | None = Field(
+        default=None, description="the decode graph's batch (its slots); `set` applies to both"
+    )
+    prompt_tokens: LengthSpec | None = None
+    output_tokens: LengthSpec | None = None
+
+    @model_validator(mode="after")
+    def _model_or_mappings(self) -> ModelClassSpec:
+        pair = (self.prefill is not None, self.decode is not None)
+        if self.model is not None and any(pair):
+            raise ValueError(
+                "give model: (served on the default mappings) or prefill: and decode:, not both"
+            )
+        if self.model is None and not all(pair):
+            missing = "decode" if pair[0] else "prefill" if pair[1] else "model"
+            raise ValueError(
+                f"give {missing}: (a model with model:, or its mappings with prefill: and decode:)"
+            )
+        return self
+
+    @property
+    def label(self) -> str:
+        """The name its metrics go by: `name`, else the model's, else the decode mapping's."""
+        text = self.name or self.model or self.decode or ""
+        return (
+            Path(text).stem if not self.name and ("/" in text or text.endswith(".yaml")) else text
+        )
+
+    def decode_overrides(self) -> list[str]:
+        """What it sets on the decode mapping alone: its batch."""
+        return [] if self.decode_batch is None else [f"batch={self.decode_batch}"]
+
+    def overrides(self) -> list[str]:
+        """Its `set:` values as `--set` strings (both mappings)."""
+        return [
+            f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in (self.set or {}).items()
+        ]
+
+
+class ResidencySpec(Strict):
+    """Which models a node's HBM holds: `hbm_bytes` per socket for the resident models' plans
+    (default: the hardware's usable HBM), `pinned` models never evicted."""
+
+    hbm_bytes: float | None = Field(default=None, gt=0, le=1e15, allow_inf_nan=False)
+    pinned: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=MAX_MODELS
+    )
 
 
 class WorkloadSpec(Strict):
@@ -271,21 +355,35 @@ class WorkloadSpec(Strict):
     output_tokens: LengthSpec | None = None
     slo: SloSpec | None = None  # none: goodput is not applicable (reported as null, with why)
     deployment: DeploymentSpec = Field(default_factory=DeploymentSpec)
+    models: list[ModelClassSpec] | None = Field(default=None, min_length=1, max_length=MAX_MODELS)
+    residency: ResidencySpec | None = None
 
     @model_validator(mode="after")
     def _fields_of(self) -> WorkloadSpec:
         trace = self.arrival.process == ArrivalProcess.TRACE
         if self.requests is not None and self.duration_s is not None:
             raise ValueError("give requests or duration_s, not both")
+        self._check_models()
         if trace:
             given = [k for k in ("prompt_tokens", "output_tokens") if getattr(self, k)]
+            given += [
+                f"models[{i}].{k}"
+                for i, c in enumerate(self.models or [])
+                for k in ("prompt_tokens", "output_tokens")
+                if getattr(c, k)
+            ]
             if given:
                 raise ValueError(
                     f"{' and '.join(given)} come from the trace with process 'trace'; remove "
                     "them (or use another process)"
                 )
         else:
-            missing = [k for k in ("prompt_tokens", "output_tokens") if not getattr(self, k)]
+            missing = [
+                k
+                for k in ("prompt_tokens", "output_tokens")
+                if not getattr(self, k)
+                and not (self.models and all(getattr(c, k) for c in self.models))
+            ]
             if missing:
                 raise ValueError(
                     f"give {' and '.join(missing)} (e.g. {{dist: fixed, value: 1024}})"
@@ -295,6 +393,35 @@ class WorkloadSpec(Strict):
                     "give either requests (how many) or duration_s (how long they arrive for)"
                 )
         return self
+
+    def _check_models(self) -> None:
+        """Model names once each, pinned models among them, many models on colocated nodes."""
+        labels = self.model_labels
+        twice = sorted({n for n in labels if labels.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"models: {twice[0]!r} is named twice; give each entry its own name: (the name "
+                "its metrics go by)"
+            )
+        if self.residency is not None:
+            if not self.models:
+                raise ValueError("residency applies to a workload that lists models:")
+            unknown = [p for p in self.residency.pinned if p not in labels]
+            if unknown:
+                raise ValueError(
+                    f"residency.pinned names {unknown[0]!r}, which is none of the models "
+                    f"({', '.join(labels)})"
+                )
+        if len(labels) > 1 and self.deployment.mode != DeploymentMode.COLOCATED:
+            raise ValueError(
+                "several models are served on colocated nodes only (each node holds the "
+                "models' graphs and switches between them); use deployment: {mode: colocated}"
+            )
+
+    @property
+    def model_labels(self) -> list[str]:
+        """The names of the workload's models, in order (none without `models:`)."""
+        return [c.label for c in self.models or []]
 
 
 @dataclass(frozen=True)
@@ -350,6 +477,7 @@ class TraceRecord(Strict):
     arrival_s: float = Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)
     prompt_tokens: Tokens
     output_tokens: Tokens
+    model: str | None = Field(default=None, min_length=1, max_length=200)
 
 
 @dataclass(frozen=True)
@@ -361,6 +489,7 @@ class TraceRequests:
     prompt_tokens: tuple[int, ...]
     output_tokens: tuple[int, ...]
     lines: tuple[int, ...]  # each request's line in the file, for errors
+    models: tuple[str | None, ...] = ()  # each request's model, if the line names one
 
 
 @dataclass(frozen=True)
@@ -491,8 +620,31 @@ def _resolved(doc: Any, file: str) -> ResolvedWorkload:
         raise resolved.error(rate.problem, rate.key, rate.fix)
     if spec.arrival.file is not None:
         trace_path = _trace_path(resolved, spec.arrival.file)
-        resolved = ResolvedWorkload(spec, file, doc, read_trace(trace_path))
+        trace = read_trace(trace_path)
+        _check_trace_models(trace, spec.model_labels)
+        resolved = ResolvedWorkload(spec, file, doc, trace)
     return resolved
+
+
+def _check_trace_models(trace: TraceRequests, labels: Sequence[str]) -> None:
+    """Each line's `model` must name one of the workload's models; a workload of several
+    models needs it on every line."""
+    for i, name in enumerate(trace.models):
+        if name is None and len(labels) > 1:
+            problem, fix = (
+                "names no model, and the workload serves several",
+                f"give each line a model: one of {', '.join(labels)}",
+            )
+        elif name is not None and name not in (labels or []):
+            problem = f"model {name!r} is not one of the workload's models"
+            fix = (
+                f"name one of {', '.join(labels)}"
+                if labels
+                else "list the models in the workload's models: (or drop model from the trace)"
+            )
+        else:
+            continue
+        raise SpecError(problem, file=trace.file, line=trace.lines[i], key="model", fix=fix)
 
 
 def _trace_path(wl: ResolvedWorkload, name: str) -> Path:
@@ -587,6 +739,7 @@ def read_trace(path: str | Path) -> TraceRequests:
         tuple(r.prompt_tokens for r in records),
         tuple(r.output_tokens for r in records),
         tuple(lines),
+        tuple(r.model for r in records),
     )
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import difflib
 import errno
+import re
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
@@ -388,12 +390,37 @@ def validate(model: type[M], data: Any, *, file: str, doc: Any = None, prefix: t
                     file=file,
                     key=settable_key(loc, data) or None,
                     line=line_of(doc, loc) if doc is not None else None,
-                    fix=_FIXES.get(err["type"], "see the documentation of this key"),
+                    fix=_fix(err, model, loc[len(prefix) :]),
                 )
             )
         if len(errors) == 1:
             raise errors[0] from None
         raise SpecErrors(errors) from None
+
+
+def _fix(err: Any, model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """The fix for one pydantic error: its type's, led by the nearest allowed value when a
+    choice was misspelt (`'dr'` for `'ddr'`), or by the nearest key when a key was."""
+    fix = _FIXES.get(err["type"], "see the documentation of this key")
+    expected = (err.get("ctx") or {}).get("expected")
+    got = err.get("input")
+    choice = err["type"] in ("enum", "literal_error")
+    if choice and isinstance(expected, str) and isinstance(got, str):
+        fix = did_you_mean(got, re.findall(r"'([^']*)'", expected)) + fix
+    elif err["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+        fix = did_you_mean(loc[-1], _fields_at(model, loc[:-1])) + fix
+    return fix
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the section of `model` at `loc` (none when it is not a section)."""
+    for key in loc:
+        info = model.model_fields.get(key) if isinstance(key, str) else None
+        ann = info.annotation if info else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        model = ann
+    return list(model.model_fields)
 
 
 def load_model(model: type[M], path: str | Path) -> M:
@@ -414,13 +441,21 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f"did you mean {best!r}? " if best else ""
 
 
+def _optional_of(annotation: Any) -> Any:
+    """`X` for an optional section `X | None` (its fields are paths too), else `annotation`."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
 def field_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     """Every dotted path into a spec: its fields, and those of its sections, for suggestions."""
     paths: list[str] = []
     for name, info in model.model_fields.items():
         path = f"{prefix}{name}"
         paths.append(path)
-        ann = info.annotation
+        ann = _optional_of(info.annotation)
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             paths.extend(field_paths(ann, f"{path}."))
     return paths

@@ -24,8 +24,15 @@ STATUS_INFEASIBLE = "infeasible"
 # `status` is `ok` or `infeasible`; `reason` is empty, or the user error that stopped the point.
 STATUS_COLUMNS = ("status", "reason")
 # headline numbers whose 90% interval over the calibration ensemble each row carries, as
-# `<metric>.p05` / `<metric>.p95` columns and, in JSON, the report's `intervals` mapping
-INTERVAL_METRICS = ("total_latency_s", "throughput_tokens_per_s", "tpot_s", "kernel_call_time_s")
+# `<metric>.p05` / `<metric>.p95` columns and, in JSON, the report's `intervals` mapping (the
+# kernel latency columns carry theirs too)
+INTERVAL_METRICS = (
+    "max_batch_size",
+    "total_latency_s",
+    "throughput_tokens_per_s",
+    "tpot_s",
+    "kernel_call_time_s",
+)
 INTERVALS = "intervals"  # a row's nested intervals: JSON only, not a CSV column
 
 RESULT_COLUMNS = (
@@ -134,7 +141,8 @@ def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:
     }
     # a swept key named like a result (batch=max) keeps the value as set
     row |= {k: v for k, v in results.items() if k not in row}
-    intervals = {m: q for m, q in (report.get("intervals") or {}).items() if m in INTERVAL_METRICS}
+    reported = report.get("intervals") or {}
+    intervals = {m: q for m, q in reported.items() if m in INTERVAL_METRICS}
     for metric in INTERVAL_METRICS:
         q = intervals.get(metric) or {}
         row[f"{metric}.p05"] = q.get("p05")
@@ -143,7 +151,12 @@ def result_row(point: Point, report: dict[str, Any]) -> dict[str, Any]:
     if layers:
         kind, layer = max(layers.items(), key=lambda kv: kv[1].get("count", 0))
         for k in layer["kernels"]:
-            row[f"{kind}.{k['name']}.latency_s"] = k["latency_s"]
+            column = f"{kind}.{k['name']}.latency_s"
+            row[column] = k["latency_s"]
+            q = reported.get(f"layers.{column}")
+            if q:
+                row[f"{column}.p05"], row[f"{column}.p95"] = q["p05"], q["p95"]
+                intervals[column] = q
     row[INTERVALS] = intervals
     return row
 

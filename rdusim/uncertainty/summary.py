@@ -7,10 +7,16 @@ of the report. They cover what the calibrated parameters leave open given the ev
 not cover the model's discrepancy (reported beside them), a mechanism rdusim lacks, or a
 configuration choice the run fixes (its mapping, batch and kernels).
 
+The maximum batch's interval is each member's largest power-of-two batch whose HBM plan fits
+its usable HBM (`max_batch_interval`): the batch a `batch: max` run would compile, though the
+run's other numbers stay at the batch compiled at the point.
+
 **Drivers.** A headline time's elasticity to each calibrated parameter, d ln(time) /
 d ln(parameter) by a 5% step of the closed form: which unknown the number moves with; and from
-those, the time split by cost term (kernel calls, HBM streaming, compute, the links, and what
-none of them accounts for), see `split_by_term`.
+those, the time split by cost term (kernel calls, HBM streaming, DDR streaming, compute, the
+links, and what none of them accounts for), see `split_by_term`. DDR's bandwidth is a datasheet
+value, not calibrated: a run that streams from DDR also gets its elasticity to it
+(`DDR_BANDWIDTH`), so the DDR term is measured the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from rdusim.compiler.capacity import largest_batch
 from rdusim.cost.calls import barrier_s
 from rdusim.sim.model import SimResult
 from rdusim.spec.hardware import Hardware
@@ -32,6 +39,7 @@ from rdusim.uncertainty.pricing import AnchoredPricer
 
 QUANTILES = (5, 50, 95)
 ELASTICITY_STEP = 0.95  # each parameter scaled by this for its elasticity
+DDR_BANDWIDTH = "ddr_bandwidth"  # socket.ddr.bandwidth's elasticity, for runs that stream DDR
 
 
 def headline(result: SimResult) -> dict[str, float]:
@@ -65,11 +73,26 @@ def intervals(results: Sequence[SimResult]) -> dict[str, dict[str, float]]:
     return out
 
 
+def usable_hbm_bytes(hw: Hardware) -> float:
+    """The HBM one socket leaves to weights, cache and workspace."""
+    return hw.socket.hbm.capacity_bytes * hw.calibration.hbm_usable_fraction
+
+
+def max_batch_interval(used: dict[int, float], members: Sequence[Hardware]) -> dict[str, int]:
+    """{p05, p50, p95} of the largest power-of-two batch each member's usable HBM holds, from
+    `used` (HBM bytes per socket by batch). Each end is a member's batch: the percentiles by
+    the inverted distribution function, so never a batch between two powers of two."""
+    batches = [largest_batch(used, usable_hbm_bytes(m)) for m in members]
+    q = np.percentile(batches, QUANTILES, method="inverted_cdf")
+    return {"p05": int(q[0]), "p50": int(q[1]), "p95": int(q[2])}
+
+
 class Term(StrEnum):
     """What a slice of a run's time is spent on."""
 
     CALLS = "calls"  # program load, argument load, barrier, host round trip
     HBM = "hbm"  # streaming weights, cache and activations at the achieved bandwidth
+    DDR = "ddr"  # streaming the weights and cache placed in DDR, at its peak bandwidth
     COMPUTE = "compute"  # arithmetic at the achieved rates
     LINKS = "links"  # collectives on the P2P links: transfers and each round's latency
     FILL_DRAIN = "fill_drain"  # what no single term's parameters scale
@@ -101,6 +124,7 @@ def split_by_term(
     share = {
         Term.CALLS: calls / total if total else 0.0,
         Term.HBM: -el("hbm_efficiency"),
+        Term.DDR: -el(DDR_BANDWIDTH),
         Term.COMPUTE: -(el("gemm_efficiency") + el("attention_efficiency") + el("simd_efficiency")),
         Term.LINKS: max(0.0, -el("p2p_bandwidth") + el("p2p_latency_s") - barrier),
     }
@@ -124,13 +148,23 @@ def elasticities(pricer: AnchoredPricer, hw: Hardware) -> dict[str, float]:
             continue
         moved = pricer.price(with_values(hw, {p.name: p.get(hw) * ELASTICITY_STEP}))
         out[p.name] = math.log(moved.total_latency_s / base) / math.log(ELASTICITY_STEP)
+    if pricer.point.traffic("ddr") > 0:
+        moved = pricer.price(_with_ddr_bandwidth(hw, hw.socket.ddr.bandwidth * ELASTICITY_STEP))
+        out[DDR_BANDWIDTH] = math.log(moved.total_latency_s / base) / math.log(ELASTICITY_STEP)
     return out
+
+
+def _with_ddr_bandwidth(hw: Hardware, bandwidth: float) -> Hardware:
+    """A copy of `hw` whose sockets' DDR streams at `bandwidth`."""
+    ddr = hw.socket.ddr.model_copy(update={"bandwidth": bandwidth})
+    return hw.model_copy(update={"socket": hw.socket.model_copy(update={"ddr": ddr})})
 
 
 # the parameters behind each term, for "what does this rest on"
 TERM_PARAMETERS: dict[Term, tuple[str, ...]] = {
     Term.CALLS: ("host_round_trip_s", "config_bandwidth", "argument_load_s", "p2p_latency_s"),
     Term.HBM: ("hbm_efficiency",),
+    Term.DDR: (DDR_BANDWIDTH,),
     Term.COMPUTE: ("gemm_efficiency", "attention_efficiency", "simd_efficiency"),
     Term.LINKS: ("p2p_bandwidth", "p2p_latency_s"),
     Term.FILL_DRAIN: (),

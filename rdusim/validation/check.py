@@ -19,6 +19,7 @@ from rdusim.uncertainty.ensemble import shipped_ensemble
 from rdusim.uncertainty.parameters import values_of
 from rdusim.validation.items import Evidence, Use, shipped_evidence
 from rdusim.validation.loo import Prediction, Summary, leave_one_out, summarise
+from rdusim.validation.measures import shipped_runs
 from rdusim.validation.posterior import (
     Linearised,
     Problem,
@@ -67,7 +68,12 @@ class Validation:
                 for i in ev.items
             ],
             "sources": [s.model_dump() for s in ev.sources],
-            "loo": {"items": [p.as_dict() for p in self.predictions], **self.summary.as_dict()},
+            "loo": {
+                "items": [
+                    p.as_dict() | {"runs": shipped_runs(ev, p.item_id)} for p in self.predictions
+                ],
+                **self.summary.as_dict(),
+            },
             "parameters": self.parameters,
             "readings": self.readings,
             "unexpected": [p.item_id for p in self.unexpected()],

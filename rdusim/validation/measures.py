@@ -23,9 +23,7 @@ from typing import Any
 import numpy as np
 
 from rdusim.api import MapRun, run_mapping
-from rdusim.compiler.capacity import LARGEST_BATCH_TRIED
-from rdusim.compiler.compile import compile_mapping
-from rdusim.errors import SpecError
+from rdusim.compiler.capacity import hbm_by_batch, largest_batch
 from rdusim.sim.model import SimResult
 from rdusim.spec.hardware import Hardware
 from rdusim.uncertainty.parameters import with_values
@@ -84,9 +82,9 @@ class Run:
 
     def max_batch(self, usable_fraction: float) -> int:
         """The largest power-of-two batch whose HBM plan fits at `usable_fraction`."""
-        cap = self.hardware.socket.hbm.capacity_bytes * usable_fraction
-        fits = [b for b, used in self.hbm_used.items() if used <= cap]
-        return max(fits, default=0)
+        return largest_batch(
+            self.hbm_used, self.hardware.socket.hbm.capacity_bytes * usable_fraction
+        )
 
 
 class Runs:
@@ -107,29 +105,13 @@ class Runs:
             self._runs[key] = Run(mapping, key[1], mr, pricer)
         run = self._runs[key]
         if batches and not run.hbm_used:
-            run.hbm_used = _hbm_by_batch(run.map_run)
+            # until even the whole HBM is full: every usable fraction's largest batch
+            rm = run.map_run.mapping
+            run.hbm_used = hbm_by_batch(rm, rm.hardware.socket.hbm.capacity_bytes)
         return run
 
     def __len__(self) -> int:
         return len(self._runs)
-
-
-def _hbm_by_batch(mr: MapRun) -> dict[int, float]:
-    """HBM bytes per socket at each power-of-two batch, until even the whole HBM is full."""
-    rm = mr.mapping
-    whole = rm.hardware.socket.hbm.capacity_bytes
-    out: dict[int, float] = {}
-    b = 1
-    while b <= LARGEST_BATCH_TRIED:
-        try:
-            used = compile_mapping(rm, batch=b).hbm.used
-        except SpecError:
-            break
-        out[b] = used
-        if used > whole:
-            break
-        b *= 2
-    return out
 
 
 def roofline_step_s(result: SimResult, hw: Hardware) -> float:
@@ -250,28 +232,62 @@ def item_model(evidence: Evidence, item_id: str, runs: Runs) -> ItemModel:
     if m is None:
         raise ValueError(f"item {item_id} has no measure")
     dep: Deployment | None = evidence.deployment(item_id)
-    mapping = dep.mapping if dep else m.mapping
-    assert mapping is not None
-    base_sets = [*(dep.set if dep else []), *m.set]
     group = f"{evidence.source_of(item_id).id}/{m.deployment}" if dep else item_id
     group_r = readings(dep.unstated if dep else {})
     own_r = readings(m.unstated)
     over_r = readings(m.over)
     model = ItemModel(item_id, item, group, group_r, own_r, over_r, {})
     for a, b, c in itertools.product(range(len(group_r)), range(len(own_r)), range(len(over_r))):
-        chosen = [*base_sets, *group_r[a], *own_r[b], *over_r[c]]
-        model.runs[(a, b, c)] = _roles(m.metric, mapping, chosen, item, runs)
+        model.runs[(a, b, c)] = {
+            role: runs.get(mapping, sets, batches=m.metric == Metric.MAX_BATCH)
+            for role, (mapping, sets) in _reading_runs(evidence, item_id, a, b, c).items()
+        }
     return model
 
 
-def _roles(metric: Metric, mapping: str, sets: list[str], item: Item, runs: Runs) -> dict[str, Run]:
+RunSpec = tuple[str, list[str]]  # a shipped mapping's name and its `--set`s
+
+
+def _reading_runs(evidence: Evidence, item_id: str, a: int, b: int, c: int) -> dict[str, RunSpec]:
+    """The runs of one reading (group reading `a`, own reading `b`, the `c`-th of the choices
+    the figure is the largest over), by role."""
+    item = evidence.item(item_id)
     m = item.measure
     assert m is not None
-    if metric == Metric.MAX_BATCH:
-        return {"main": runs.get(mapping, sets, batches=True)}
+    dep: Deployment | None = evidence.deployment(item_id)
+    mapping = dep.mapping if dep else m.mapping
+    assert mapping is not None
+    chosen = [
+        *(dep.set if dep else []),
+        *m.set,
+        *readings(dep.unstated if dep else {})[a],
+        *readings(m.unstated)[b],
+        *readings(m.over)[c],
+    ]
+    return _roles(m.metric, mapping, chosen, item)
+
+
+def shipped_runs(evidence: Evidence, item_id: str) -> list[dict[str, Any]]:
+    """The `rdusim map` runs behind an item's value at its first reading (the shipped mapping's
+    own settings; every choice a figure is the largest over): role, mapping and `--set`s."""
+    m = evidence.item(item_id).measure
+    if m is None:
+        return []
+    out: list[dict[str, Any]] = []
+    for c in range(len(readings(m.over))):
+        for role, (mapping, sets) in _reading_runs(evidence, item_id, 0, 0, c).items():
+            run = {"role": role, "mapping": mapping, "set": sets}
+            if run not in out:
+                out.append(run)
+    return out
+
+
+def _roles(metric: Metric, mapping: str, sets: list[str], item: Item) -> dict[str, RunSpec]:
+    m = item.measure
+    assert m is not None
     if metric in (Metric.SPEEDUP, Metric.OVERHEAD):
         assert m.base is not None
-        return {"main": runs.get(mapping, sets), "base": runs.get(mapping, [*sets, *m.base])}
+        return {"main": (mapping, sets), "base": (mapping, [*sets, *m.base])}
     if metric == Metric.REQUEST_LATENCY_S:
         assert m.prefill and m.input_tokens and m.output_tokens
         # the decode step at the request's mean context; the prefill run shares the readings'
@@ -280,10 +296,10 @@ def _roles(metric: Metric, mapping: str, sets: list[str], item: Item, runs: Runs
         plain = [s for s in sets if not s.startswith("seq_len=")]
         shared = [s for s in plain if s.split("=", 1)[0] in PREFILL_SHARED]
         return {
-            "main": runs.get(mapping, [*plain, f"seq_len={context}"]),
-            "prefill": runs.get(m.prefill, [*m.prefill_set, *shared, f"seq_len={m.input_tokens}"]),
+            "main": (mapping, [*plain, f"seq_len={context}"]),
+            "prefill": (m.prefill, [*m.prefill_set, *shared, f"seq_len={m.input_tokens}"]),
         }
-    return {"main": runs.get(mapping, sets)}
+    return {"main": (mapping, sets)}
 
 
 def central(values: np.ndarray) -> float:

@@ -1,4 +1,6 @@
-"""`rdusim.compiler.capacity.max_batch`: the largest power of two whose HBM plan fits."""
+"""`rdusim.compiler.capacity`: the largest power of two whose HBM plan fits (`max_batch`), and
+the HBM bytes by batch that give it under any usable capacity (`hbm_by_batch`,
+`largest_batch`), each against plans compiled here batch by batch."""
 
 from __future__ import annotations
 
@@ -7,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from rdusim.compiler.capacity import does_not_fit, max_batch, remedies
+from rdusim.compiler.capacity import (
+    does_not_fit,
+    hbm_by_batch,
+    largest_batch,
+    max_batch,
+    remedies,
+)
 from rdusim.compiler.compile import compile_mapping
 from rdusim.errors import InfeasibleError
 from rdusim.spec.mapping import load_mapping
@@ -97,3 +105,60 @@ def test_remedies_joins_the_options(mappings_dir: Path) -> None:
     off = load_mapping(mappings_dir / "r1_decode.yaml", ["snapstream.enabled=false"])
     assert remedies(off, "a", "b") == "a, enable snapstream, or b"
     assert remedies(off, "a", "b", snapstream_helps=False) == "a or b"
+
+
+# --- HBM by batch, for the max batch under other usable fractions -----------------------------
+
+
+def test_max_batch_records_the_hbm_of_every_batch_it_compiled(mappings_dir: Path) -> None:
+    rm = load_mapping(mappings_dir / "r1_decode.yaml", ["seq_len=131072"])
+    used: dict[int, float] = {}
+    batch, _ = max_batch(rm, used)
+    # every power of two up to the first that does not fit, each as compiling it alone gives
+    assert sorted(used) == [2**i for i in range(batch.bit_length() + 1)]
+    for b, u in used.items():
+        assert u == compile_mapping(rm, batch=b).hbm.used, b
+    assert largest_batch(used, compile_mapping(rm, batch=1).hbm.capacity) == batch
+
+
+def test_hbm_by_batch_goes_up_to_the_first_batch_over_the_ceiling(mappings_dir: Path) -> None:
+    rm = load_mapping(mappings_dir / "r1_decode.yaml", ["seq_len=131072"])
+    whole = rm.hardware.socket.hbm.capacity_bytes
+    used = hbm_by_batch(rm, whole)
+    top = max(used)
+    assert used[top] > whole and all(u <= whole for b, u in used.items() if b < top)
+    assert sorted(used) == [2**i for i in range(top.bit_length())]
+    # more usable HBM than the point's holds at least as large a batch
+    assert largest_batch(used, whole) >= max_batch(rm)[0]
+
+
+def test_hbm_by_batch_compiles_only_the_batches_it_does_not_know(
+    mappings_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rdusim.compiler.capacity as capacity
+
+    rm = load_mapping(mappings_dir / "r1_decode.yaml", ["seq_len=131072"])
+    known: dict[int, float] = {}
+    max_batch(rm, known)
+    compiled: list[int] = []
+
+    def counting(rm_, batch=None):
+        compiled.append(batch)
+        return compile_mapping(rm_, batch=batch)
+
+    monkeypatch.setattr(capacity, "compile_mapping", counting)
+    # the ceiling the point's usable HBM sets: everything is known already
+    capacity.hbm_by_batch(rm, compile_mapping(rm, batch=1).hbm.capacity, known)
+    assert compiled == []
+    # a ceiling above the last known batch's bytes: the batches past it are compiled
+    last = max(known)
+    capacity.hbm_by_batch(rm, known[last] * 1.0001, known)
+    assert compiled and compiled[0] == 2 * last
+
+
+def test_largest_batch_by_hand() -> None:
+    used = {1: 10.0, 2: 20.0, 4: 40.0, 8: 80.0}
+    assert largest_batch(used, 9.9) == 0
+    assert largest_batch(used, 10.0) == 1  # exactly the capacity fits
+    assert largest_batch(used, 79.9) == 4
+    assert largest_batch(used, 1e9) == 8

@@ -223,6 +223,7 @@ def test_a_kernel_over_sram_is_located(r1):
     err = info.value
     assert err.key == "kernels.moe.MHA.tiling" and err.path == ("kernels", "moe", 3, "tiling")
     assert "MHA" in err.problem and "520 MB" in err.problem and "kv_block" in (err.fix or "")
+    assert f"({(k.sram_bytes - 520e6) / 1e6:.3g} MB over)" in err.problem  # by how much
 
 
 def test_pmus_cover_every_buffer(r1):

@@ -522,6 +522,7 @@ def test_an_op_base_key_changes_with_each_field_its_finish_reads(r1):
         "cache_read": base.cache_read + 1,
         "read_replaces_inputs": not base.read_replaces_inputs,
         "written": base.written + 1,
+        "cache_write_share": 0.5 if base.cache_write_share != 0.5 else 0.25,
         "consumers": base.consumers | {"elsewhere"},
         "always_written": not base.always_written,
         "flash": dataclasses.replace(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rdusim.api import run_mapping
-from rdusim.report.console import seconds
+from rdusim.report.console import seconds, si
 from rdusim.report.mapping_report import (
     main_sharding,
     render_map_report,
@@ -154,3 +154,63 @@ def test_auto_mapping_paragraph_gives_each_boundary_its_reason_and_the_runner_up
     assert "dense: cut ffn_norm | ffn_up: blocking op (x)" in flat
     assert re.search(r"alternative 1: 910\.\d+ us, looped; dense: A", flat)
     assert "auto-mapping" not in render_map_report(decode_b1, width=100)
+
+
+# ------------------------------------------------------------------ memory tiers
+
+
+@pytest.fixture(scope="module")
+def dense_in_ddr() -> dict[str, Any]:
+    """Llama-3.1-8B at batch 1 with its dense layers' weights and its cache in DDR."""
+    sets = ["batch=1", "placement.dense=ddr", "placement.kv_cache=ddr"]
+    return run_mapping("llama31_8b_decode", sets, uncertainty=False).report
+
+
+def test_a_run_all_in_hbm_shows_no_ddr(decode_b1: dict[str, Any]) -> None:
+    text = render_map_report(decode_b1, width=100)
+    assert "DDR" not in text
+    assert "fits HBM)" in text
+    assert decode_b1["placement"]["kv_cache"] == "hbm"
+    assert set(decode_b1["placement"]["weights"].values()) == {"hbm"}
+    assert decode_b1["ddr_bytes"]["weights"] == decode_b1["traffic_bytes"]["ddr"] == 0.0
+
+
+def test_ddr_bytes_traffic_and_placement_are_reported(dense_in_ddr: dict[str, Any]) -> None:
+    r = dense_in_ddr
+    text = render_map_report(r, width=120)
+    ddr, traffic = r["ddr_bytes"], r["traffic_bytes"]
+    used = ddr["weights"] + ddr["kv_cache"]
+    assert r["placement"] == {
+        "weights": {"dense": "ddr", "embedding": "hbm", "head": "hbm"},
+        "kv_cache": "ddr",
+    }
+    assert r["hbm_bytes"]["kv_cache"] == 0.0 and ddr["kv_cache"] > 0
+    assert (
+        f"DDR per socket (dense weights and KV cache): weights {si(ddr['weights'], 'B')}, "
+        f"KV cache {si(ddr['kv_cache'], 'B')} = {si(used, 'B')} of 1.5 TB"
+    ) in text
+    assert f"per step: HBM {si(traffic['hbm'], 'B')}, DDR {si(traffic['ddr'], 'B')}," in text
+    assert "fits HBM and DDR)" in text
+    kernel = r["layers"]["dense"]["kernels"][0]
+    assert kernel["ddr_traffic_bytes"] > 0 and kernel["bottleneck"] == "DDR bandwidth"
+
+
+def test_the_op_table_gains_a_ddr_column_only_where_a_kernel_streams_ddr(
+    dense_in_ddr: dict[str, Any], decode_b1: dict[str, Any]
+) -> None:
+    def headers(r: dict[str, Any]) -> list[str]:
+        text = render_op_timing(r, width=120)
+        return [line.split() for line in text.splitlines() if line.startswith("op ")]
+
+    assert headers(dense_in_ddr) == [
+        ["op", "sharding", "PCUs", "busy", "HBM", "DDR", "stall", "bound"]
+    ]
+    assert all("DDR" not in h for h in headers(decode_b1))
+    text = render_op_timing(dense_in_ddr, width=120)
+    assert any(line.rstrip().endswith(" ddr") for line in text.splitlines())
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_a_ddr_report_fits_the_width(dense_in_ddr: dict[str, Any], width: int) -> None:
+    for text in (render_map_report(dense_in_ddr, width), render_op_timing(dense_in_ddr, width)):
+        assert max(len(line) for line in text.splitlines()) <= width

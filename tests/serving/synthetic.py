@@ -28,6 +28,8 @@ def shape(
     kv_bytes_per_token: float = 0.0,
     snapstream: bool = False,
     prefill_hold: int = 1 << 40,
+    draft_tokens: int = 0,
+    acceptance: float = 1.0,
 ) -> GraphShape:
     return GraphShape(
         decode_slots=slots,
@@ -39,6 +41,8 @@ def shape(
         kv_bytes_per_token=kv_bytes_per_token,
         snapstream=snapstream,
         prefill_hold=prefill_hold,
+        draft_tokens=draft_tokens,
+        acceptance=acceptance,
     )
 
 

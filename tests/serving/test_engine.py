@@ -106,7 +106,7 @@ def test_the_engine_refuses_a_choice_it_cannot_run() -> None:
         def choose(self, state: SchedulerState) -> Decision:
             return Prefill(tuple(state.waiting)[:1], chunk_tokens=10) if state.waiting else WAIT
 
-    with pytest.raises(ValueError, match="chunked prefill is not modelled"):
+    with pytest.raises(ValueError, match="no chunk graph"):
         run(requests((0.0, 100, 2)), shape(1), colocated(scheduler=Chunked()))
 
 

@@ -18,12 +18,14 @@ from dataclasses import dataclass, replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdusim.serving.acceptance import drawn_steps
 from rdusim.serving.arrivals import Request
 from rdusim.serving.engine import EngineConfig, EngineResult, simulate_serving
 from rdusim.serving.metrics import generated_tokens
 from rdusim.serving.scheduler import DECODE, WAIT, Decision, Prefill, SchedulerState
 from rdusim.serving.shape import GraphShape
 from rdusim.serving.step_times import LinearStepTimes
+from rdusim.spec.speculation import expected_accepted_tokens
 from rdusim.spec.workload import DecodeStepCost, DeploymentMode, SchedulingPolicy
 from tests.serving.legacy_scheduler import POLICIES as LEGACY
 from tests.serving.legacy_scheduler import Legacy
@@ -37,11 +39,18 @@ positive_s = st.floats(min_value=1e-3, max_value=2.0, allow_nan=False)
 def workloads(draw: st.DrawFn) -> tuple[list[Request], GraphShape]:
     lengths = sorted(draw(st.sets(st.integers(8, 256), min_size=1, max_size=3)))
     snapstream = draw(st.booleans())
+    # accepted tokens at a fixed rate, or drawn per step from k drafts at acceptance a
+    k, a = draw(st.sampled_from([(0, 1.0), (2, 0.8), (4, 0.8), (3, 0.0), (1, 1.0), (5, 0.5)]))
+    rate = (
+        draw(st.sampled_from([1.0, 1.5, 2.44, 3.0])) if k == 0 else expected_accepted_tokens(k, a)
+    )
     graph = GraphShape(
         decode_slots=draw(st.integers(1, 4)),
         cache_len=draw(st.integers(16, 512)),
         max_sequence=1024,
-        tokens_per_step=draw(st.sampled_from([1.0, 1.5, 2.44, 3.0])),
+        tokens_per_step=rate,
+        draft_tokens=k,
+        acceptance=a,
         prefill_lengths=tuple(lengths),
         prefill_batch=draw(st.integers(1, 3)),
         kv_bytes_per_token=draw(st.sampled_from([0.0, 100.0, 70272.0])),
@@ -82,6 +91,7 @@ class RandomPolicy:
 @st.composite
 def configs(draw: st.DrawFn) -> EngineConfig:
     cost = draw(st.sampled_from(list(DecodeStepCost)))
+    seed = draw(st.integers(0, 2**32))
     if draw(st.booleans()):
         own = draw(st.booleans())
         return EngineConfig(
@@ -91,6 +101,7 @@ def configs(draw: st.DrawFn) -> EngineConfig:
             steps_per_prefill=draw(st.integers(1, 5)),
             step_cost=cost,
             scheduler=RandomPolicy(random.Random(draw(st.integers(0, 2**32)))) if own else None,
+            seed=seed,
         )
     return EngineConfig(
         mode=DeploymentMode.DISAGGREGATED,
@@ -99,6 +110,7 @@ def configs(draw: st.DrawFn) -> EngineConfig:
         link_bandwidth=draw(st.sampled_from([math.inf, 1e6, 1e9])),
         link_latency_s=draw(st.sampled_from([0.0, 1e-3, 0.05])),
         step_cost=cost,
+        seed=seed,
     )
 
 
@@ -141,7 +153,15 @@ def test_generated_tokens_equal_the_outputs(case, config, times) -> None:
     assert produced == sum(r.output_tokens for r in reqs)
     # the engine's own tally of slot-steps agrees with the steps each request took
     assert result.slot_steps == sum(r.steps for r in result.records)
-    assert all(r.steps == graph.decode_steps(r.output_tokens) for r in result.records)
+    # each request took the steps its draws need (the mean rate when nothing is drawn)
+    k, a = graph.draft_tokens, graph.acceptance
+    by_id = sorted(result.records, key=lambda r: r.id)
+    drawn = drawn_steps([r.output_tokens - 1 for r in by_id], k, a, config.seed) if k else None
+    for i, r in enumerate(by_id):
+        assert r.steps == (drawn[i] if drawn is not None else graph.decode_steps(r.output_tokens))
+        if r.output_tokens > 1:
+            top = (graph.draft_tokens + 1) if graph.draft_tokens else graph.tokens_per_step
+            assert math.ceil((r.output_tokens - 1) / top - EPS) <= r.steps <= r.output_tokens - 1
 
 
 @settings(max_examples=150, deadline=None)

@@ -136,5 +136,8 @@ def test_the_engine_refuses_a_prefill_it_cannot_run() -> None:
     _refused(Prefill((w[0], w[1], w[2])), s, "1 to 2 waiting requests")
     _refused(Prefill((w[1], w[1])), s, "twice")
     _refused(Prefill((Req(7),)), s, r"not waiting: \[7\]")
-    _refused(Prefill((w[0],), chunk_tokens=99), s, "chunked prefill is not modelled")
+    _refused(Prefill((w[0],), chunk_tokens=99), s, "no chunk graph")
+    check_prefill(Prefill((w[0],), chunk_tokens=32), s, 32)  # the deployment's chunk graph
+    with pytest.raises(ValueError, match="chunk graph is 32 tokens"):
+        check_prefill(Prefill((w[0],), chunk_tokens=16), s, 32)
     _refused(Prefill((w[0],)), state(waiting=3, free=0, prefill_batch=2), "0 free slots")

@@ -118,3 +118,13 @@ def test_different_models_are_refused() -> None:
     with pytest.raises(SpecError) as err:
         SimulatedStepTimes("llama31_8b_prefill", "r1_decode", ())
     assert err.value.key == "model"
+
+
+def test_a_prefill_node_holds_finished_caches_in_the_caches_tier() -> None:
+    """With the KV cache in DDR, finished 8K caches (8192 x 131072 B over 16 sockets each)
+    wait in the 1.5 TB of DDR a socket has, beside the one the prefill graph plans:
+    1.5e12 / 67,108,864 - 1 = 22350 of them, by hand."""
+    sets = ("seq_len=8192", "snapstream.enabled=false", "placement.kv_cache=ddr")
+    times = SimulatedStepTimes("llama31_8b_prefill", "llama31_8b_decode", sets)
+    per_cache = 8192 * 32 * 2 * 8 * 128 * 2 / 16
+    assert times.facts.prefill_hold == int(1.5e12 // per_cache) - 1 == 22350

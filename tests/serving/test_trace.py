@@ -60,3 +60,21 @@ def test_slot_slices_never_overlap() -> None:
         for (_, end), (start, _) in itertools.pairwise(sorted(spans)):
             assert start >= end - 1e-6
     assert _processes(trace) == {1: "node 0"}
+
+
+def test_many_models_have_their_slots_and_a_switch_track() -> None:
+    from rdusim.serving.arrivals import Request
+    from rdusim.serving.engine import EngineConfig, ModelGraphs, simulate_models
+    from tests.serving.synthetic import constant_times
+
+    graphs = [ModelGraphs(n, shape(2), constant_times(), 6.0, 0.5) for n in ("a", "b")]
+    reqs = [Request(0, 0.0, 10, 3, 0), Request(1, 0.0, 10, 3, 1)]
+    trace = serving_trace(simulate_models(reqs, graphs, EngineConfig(hbm_budget=10.0)))
+    names = set(_threads(trace).values())
+    assert {"a slot 0", "b slot 0", "model switch"} <= names
+    [switch] = [e for e in trace["traceEvents"] if e.get("cat") == "switch"]
+    assert switch["name"] == "load b" and switch["args"]["evicted"] == ["a"]
+    assert switch["dur"] == 0.5e6
+    slices = {e["name"] for e in trace["traceEvents"] if e.get("cat") in ("prefill", "decode")}
+    assert {"a prefill 1000", "b prefill 1000", "a decode x2", "b decode x2"} <= slices
+    json.dumps(trace)

@@ -21,6 +21,7 @@ from rdusim.api import run_mapping
 from rdusim.compiler.program import Collective, Kernel, OpPlan, Program
 from rdusim.sim.engine import MAX_SIM_TILES, PipelineRun, simulate_pipeline
 from rdusim.spec.hardware import Hardware
+from rdusim.spec.placement import Tier
 
 MAPPINGS = Path(__file__).resolve().parents[2] / "mappings"
 REL = 1e-9
@@ -416,3 +417,52 @@ def test_each_stage_is_labelled_by_what_limits_it():
     for o, (c, r, w) in zip(t.ops, stages, strict=True):
         assert o.busy_s == pytest.approx(c, rel=1e-9, abs=1e-15)
         assert o.hbm_s == pytest.approx(r + w, rel=1e-9, abs=1e-15)
+
+
+# ------------------------------------------------------------------ the DDR channel
+
+DDR_PEAK = 100e9  # bytes/s a SN40L socket streams from DDR (the preset's figure, at peak)
+
+
+def ddr_weights_op(name: str, weights: float, read: float = 0.0) -> OpPlan:
+    """An op without arithmetic streaming `weights` bytes placed in DDR (and `read` from HBM)."""
+    p = single_op(read=read, cost="memory", pcus=0)
+    p.name, p.cost_class, p.weight_bytes, p.weight_tier = name, "systolic", weights, Tier.DDR
+    return p
+
+
+def test_weights_in_ddr_take_their_bytes_over_the_ddr_bandwidth():
+    """3 GB of weights in DDR and nothing else: 3e9 / 100e9 = 30 ms on the DDR channel, none
+    on HBM, whatever the tile count; DDR is what bounds the kernel and its op."""
+    _, hw = compiled(*PREFILL)
+    assert hw.socket.ddr.bandwidth == DDR_PEAK
+    for tiles in (1, 7):
+        t = simulate_pipeline(Kernel("k", [ddr_weights_op("a", 3e9)], tiles=tiles), hw)
+        assert t.pipeline_s == pytest.approx(0.03, rel=REL)
+        assert t.ddr_bytes == pytest.approx(3e9, rel=REL) and t.hbm_bytes == 0.0
+        assert t.ddr_busy_s == pytest.approx(0.03, rel=REL)
+        assert t.bottleneck == "DDR bandwidth" and t.ops[0].bound == "ddr"
+        assert t.ops[0].ddr_s == pytest.approx(0.03, rel=REL)
+
+
+def test_hbm_and_ddr_are_two_channels_that_overlap():
+    """8 GB from HBM and 0.5 GB of weights from DDR in one op take the longer of the two
+    transfers, not their sum; two ops streaming from DDR share its one channel."""
+    _, hw = compiled(*PREFILL)
+    a = ddr_weights_op("a", 0.5e9, read=8e9)
+    t = simulate_pipeline(Kernel("k", [a], tiles=16), hw)
+    assert t.pipeline_s == pytest.approx(max(8e9 / hbm_rate(hw), 0.5e9 / DDR_PEAK), rel=REL)
+    b = ddr_weights_op("b", 0.25e9)
+    shared = simulate_pipeline(Kernel("k", [a, b], tiles=16), hw)
+    assert shared.pipeline_s == pytest.approx(0.75e9 / DDR_PEAK, rel=REL)
+
+
+def test_a_cache_in_ddr_moves_its_reads_and_writes_to_ddr():
+    """An op reading 2 GB of cache and writing 1 GB into it, the cache in DDR: all 3 GB cross
+    DDR (30 ms, the channel busy throughout), nothing crosses HBM."""
+    _, hw = compiled(*PREFILL)
+    p = single_op(read=2e9, cost="memory", pcus=0)
+    p.hbm_write, p.cache_read, p.cache_write, p.cache_tier = 1e9, 2e9, 1e9, Tier.DDR
+    t = simulate_pipeline(Kernel("k", [p], tiles=4), hw)
+    assert t.pipeline_s == pytest.approx(3e9 / DDR_PEAK, rel=REL)
+    assert t.hbm_bytes == 0.0 and t.ddr_bytes == pytest.approx(3e9, rel=REL)

@@ -149,6 +149,7 @@ def test_traffic_is_counted(prefill):
     assert result.traffic("p2p") == pytest.approx(p2p, rel=REL)
     assert prefill.report["traffic_bytes"] == {
         "hbm": result.traffic("hbm"),
+        "ddr": 0.0,  # nothing placed in DDR
         "p2p": result.traffic("p2p"),
     }
 

@@ -13,11 +13,22 @@ from rdusim.spec.catalog import resolve_mapping, resolve_model, shipped_mappings
 from rdusim.spec.mapping import load_mapping
 from rdusim.spec.model import load_model_config
 
-MODELS = ["deepseek-r1", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b"]
+MODELS = [
+    "deepseek-r1",
+    "llama-3.1-405b",
+    "llama-3.1-70b",
+    "llama-3.1-8b",
+    "llama-3.2-1b",
+    "llama-3.2-3b",
+    "mistral-7b-v0.3",
+    "qwen2.5-7b",
+]
 MAPPINGS = [
     "llama31_405b_decode",
+    "llama31_405b_decode_spec",
     "llama31_405b_prefill",
     "llama31_70b_decode",
+    "llama31_70b_decode_spec",
     "llama31_70b_prefill",
     "llama31_8b_decode",
     "llama31_8b_prefill",

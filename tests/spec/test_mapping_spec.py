@@ -524,14 +524,24 @@ def test_an_unknown_set_path_suggests_the_closest_field(key, meant):
 
 
 def test_settable_paths_are_the_fields_of_the_mapping_and_its_sections():
-    from rdusim.spec.mapping import MoeSpec, MtpSpec, RoutingSpec, SnapStreamSpec, settable_paths
+    from rdusim.spec.mapping import (
+        MoeSpec,
+        MtpSpec,
+        RoutingSpec,
+        SnapStreamSpec,
+        SpeculativeSpec,
+        settable_paths,
+    )
+    from rdusim.spec.placement import PlacementSpec
 
     paths = set(settable_paths())
     sections = {
         "mtp": MtpSpec,
+        "speculative": SpeculativeSpec,  # an optional section: its fields are paths too
         "moe": MoeSpec,
         "moe.routing": RoutingSpec,
         "snapstream": SnapStreamSpec,
+        "placement": PlacementSpec,
     }
     expected = set(MappingSpec.model_fields)
     for prefix, model in sections.items():

@@ -267,3 +267,90 @@ def test_a_workload_from_text_names_its_source() -> None:
     with pytest.raises(SpecError) as err:
         parse_workload(GOOD.replace("seed:", "sed:"), file="notebook")
     assert err.value.file == "notebook" and err.value.line == 2
+
+
+# --- many models --------------------------------------------------------------------------------
+
+MODELS = (
+    GOOD
+    + """\
+models:
+  - {name: router, model: llama-3.2-3b, share: 3, output_tokens: {dist: fixed, value: 4}}
+  - {model: qwen2.5-7b, decode_batch: 64}
+  - {prefill: llama31_8b_prefill, decode: llama31_8b_decode, set: {snapstream.enabled: false}}
+residency: {pinned: [router], hbm_bytes: 3.0e+10}
+"""
+)
+
+
+def test_a_workload_of_several_models(tmp_path: Path) -> None:
+    spec = load_workload(write(tmp_path, MODELS)).spec
+    assert spec.model_labels == ["router", "qwen2.5-7b", "llama31_8b_decode"]
+    assert spec.models is not None
+    assert spec.models[1].decode_overrides() == ["batch=64"]
+    assert spec.models[2].overrides() == ["snapstream.enabled=false"]
+    assert spec.residency is not None and spec.residency.pinned == ["router"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "needle"),
+    [
+        ("  - {model: qwen2.5-7b, decode_batch: 64}", "  - {share: 1}", "give model:"),
+        (
+            "  - {model: qwen2.5-7b, decode_batch: 64}",
+            "  - {model: qwen2.5-7b, prefill: r1_prefill}",
+            "not both",
+        ),
+        (
+            "  - {model: qwen2.5-7b, decode_batch: 64}",
+            "  - {prefill: r1_prefill}",
+            "give decode:",
+        ),
+        ("{model: qwen2.5-7b, decode_batch: 64}", "{name: router, model: qwen2.5-7b}", "twice"),
+        ("pinned: [router]", "pinned: [routr]", "none of the models"),
+        (
+            "  mode: colocated\n  policy: prefill-first",
+            "  mode: disaggregated",
+            "colocated nodes only",
+        ),
+        ("share: 3,", "share: 0,", "greater than 0"),
+    ],
+)
+def test_rules_of_many_models(tmp_path: Path, old: str, new: str, needle: str) -> None:
+    assert old in MODELS
+    err = error_of(tmp_path, MODELS.replace(old, new))
+    assert needle in err.problem, err.problem
+
+
+def test_residency_needs_models(tmp_path: Path) -> None:
+    err = error_of(tmp_path, GOOD + "residency: {hbm_bytes: 1.0e+10}\n")
+    assert "residency applies to a workload that lists models:" in err.problem
+
+
+def test_every_model_with_its_own_lengths_needs_no_workload_lengths(tmp_path: Path) -> None:
+    text = MODELS.replace("prompt_tokens: {dist: fixed, value: 1024}\n", "")
+    assert "prompt_tokens" in error_of(tmp_path, text).problem
+    own = ", prompt_tokens: {dist: fixed, value: 10}}"
+    lines = [line[:-1] + own if line.startswith("  - {") else line for line in text.splitlines()]
+    assert load_workload(write(tmp_path, "\n".join(lines) + "\n", "own.yaml")).spec.models
+
+
+def test_trace_lines_name_their_model(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        '{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 2, "model": "a"}\n'
+        '{"arrival_s": 1, "prompt_tokens": 10, "output_tokens": 2, "model": "b"}\n',
+        "t.jsonl",
+    )
+    base = "arrival: {process: trace, file: t.jsonl}\nmodels: [{name: a, model: llama-3.1-8b}"
+    wl = load_workload(write(tmp_path, base + ", {name: b, model: qwen2.5-7b}]\n"))
+    assert wl.trace is not None and wl.trace.models == ("a", "b")
+    err = error_of(tmp_path, base + ", {name: c, model: qwen2.5-7b}]\n")
+    assert (err.line, err.key) == (2, "model") and "'b' is not one of" in err.problem
+
+
+def test_the_coe_workloads_ship(tmp_path: Path) -> None:
+    coe = load_workload("coe").spec
+    assert len(coe.model_labels) >= 4 and coe.residency and coe.residency.pinned == ["router"]
+    resident = load_workload("coe_resident").spec
+    assert resident.model_labels == coe.model_labels

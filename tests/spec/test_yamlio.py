@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import random
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import given, settings
@@ -201,6 +202,27 @@ def test_several_errors_are_reported_together(write_file):
     assert by_key["section.extra"].fix == "remove the key or check its spelling"
     rendered = str(exc.value)
     assert rendered.count("fix:") == 2
+
+
+def test_a_misspelt_key_suggests_the_nearest_key_of_its_section(write_file):
+    path = write_file("a.yaml", NESTED.replace("    b: 3", "    b: 3\n    bb: 4"))
+    with pytest.raises(SpecError) as exc:
+        load_model(Doc, path)
+    assert exc.value.key == "section.inner.bb"
+    assert exc.value.fix == "did you mean 'b'? remove the key or check its spelling"
+
+
+class Choice(BaseModel):
+    tier: Literal["hbm", "ddr"]
+
+
+def test_a_misspelt_choice_suggests_the_nearest_allowed_value():
+    with pytest.raises(SpecError) as exc:
+        validate(Choice, {"tier": "dr"}, file="c.yaml")
+    assert exc.value.fix == "did you mean 'ddr'? use one of the allowed values the message lists"
+    with pytest.raises(SpecError) as exc:
+        validate(Choice, {"tier": "xyzzy"}, file="c.yaml")  # nothing close: no guess
+    assert exc.value.fix == "use one of the allowed values the message lists"
 
 
 def test_errors_in_lists_carry_the_index(write_file):

@@ -15,6 +15,7 @@ import pytest
 from rdusim.errors import SpecError
 from rdusim.spec.yamlio import parse_value
 from rdusim.studies.sweep import (
+    INTERVAL_METRICS,
     RESULT_COLUMNS,
     STATUS_COLUMNS,
     Axis,
@@ -165,7 +166,7 @@ def test_parallel_rows_are_identical(
     assert (tmp_path / "sweep.json").read_bytes() == (serial_out / "sweep.json").read_bytes()
     img = matplotlib.image.imread(tmp_path / "sweep.png")
     assert img.shape[0] > 300 and img.shape[1] > 400
-    assert "sweep" in err and "4/4" in err  # the progress bar
+    assert err == ""  # the progress bar is for a terminal (tests/test_progress.py)
     assert "seq_len" in out and "snapstream.enabled" in out and "tokens/s" in out
     assert "4 points" in out
     assert not list(tmp_path.glob(".*.tmp"))
@@ -310,3 +311,57 @@ def test_result_row_carries_the_headline_intervals() -> None:
     assert row["intervals"] == iv  # the headline metrics only
     cols = columns([Axis("batch", ("8",))], [row])
     assert "intervals" not in cols and "total_latency_s.p05" in cols
+
+
+def test_result_row_gives_each_kernel_column_its_interval() -> None:
+    """A kernel latency column of the most numerous layer kind carries the report's interval
+    of `layers.<kind>.<kernel>.latency_s` under the column's own name, and so does the max
+    batch."""
+    iv = {
+        "max_batch_size": {"p05": 16, "p50": 32, "p95": 32},
+        "layers.moe.MLA.latency_s": {"p05": 1e-3, "p50": 1.1e-3, "p95": 1.3e-3},
+        "layers.moe.FFN.latency_s": {"p05": 2e-3, "p50": 2.2e-3, "p95": 2.5e-3},
+        "layers.dense.MLA.latency_s": {"p05": 9.0, "p50": 9.0, "p95": 9.0},  # not the kind shown
+    }
+    kernels = [{"name": "MLA", "latency_s": 1.1e-3}, {"name": "FFN", "latency_s": 2.2e-3}]
+    report = {
+        "batch": 32,
+        "max_batch_size": 32,
+        "layers": {"dense": {"count": 3, "kernels": []}, "moe": {"count": 58, "kernels": kernels}},
+        "intervals": iv,
+    }
+    row = result_row((("seq_len", "8192"),), report)
+    assert (row["moe.MLA.latency_s.p05"], row["moe.MLA.latency_s.p95"]) == (1e-3, 1.3e-3)
+    assert (row["moe.FFN.latency_s.p05"], row["moe.FFN.latency_s.p95"]) == (2e-3, 2.5e-3)
+    assert (row["max_batch_size.p05"], row["max_batch_size.p95"]) == (16, 32)
+    assert row["intervals"] == {
+        "max_batch_size": iv["max_batch_size"],
+        "moe.MLA.latency_s": iv["layers.moe.MLA.latency_s"],
+        "moe.FFN.latency_s": iv["layers.moe.FFN.latency_s"],
+    }
+    cols = columns([Axis("seq_len", ("8192",))], [row])
+    at = cols.index("moe.MLA.latency_s")
+    assert cols[at : at + 3] == [
+        "moe.MLA.latency_s",
+        "moe.MLA.latency_s.p05",
+        "moe.MLA.latency_s.p95",
+    ]
+
+
+def test_every_headline_number_of_a_sweep_row_has_its_interval(serial_out: Path) -> None:
+    """sweep.json: each ok row's headline numbers (step, throughput, TPOT, call time, max batch
+    and every kernel column) have {p05, p50, p95} in the row's `intervals`, ordered, with the
+    same ends as the CSV's columns."""
+    data = json.loads((serial_out / "sweep.json").read_text())
+    csv_rows = _read_csv(serial_out / "sweep.csv")
+    for row, flat in zip(data["rows"], csv_rows, strict=True):
+        assert row["status"] == "ok"
+        kernels = [k for k in row if k.endswith(".latency_s") and k != "total_latency_s"]
+        assert kernels
+        headline = [*INTERVAL_METRICS, *kernels]
+        assert set(row["intervals"]) == set(headline)
+        for metric in headline:
+            q = row["intervals"][metric]
+            assert q["p05"] <= q["p50"] <= q["p95"], metric
+            assert float(flat[f"{metric}.p05"]) == pytest.approx(q["p05"], rel=1e-12)
+            assert float(flat[f"{metric}.p95"]) == pytest.approx(q["p95"], rel=1e-12)

@@ -21,7 +21,9 @@ from rdusim.uncertainty.summary import (
     elasticities,
     headline,
     intervals,
+    max_batch_interval,
     split_by_term,
+    usable_hbm_bytes,
 )
 
 DECODE = ["batch=1", "seq_len=2048", "snapstream.enabled=false"]
@@ -296,3 +298,47 @@ def test_split_by_term_sums_to_the_total_when_elasticities_over_count():
     el = {"hbm_efficiency": -0.5, "gemm_efficiency": -0.5}
     got = split_by_term(fake_run(1.0, 0.5, 0), HW, el)
     assert sum(got.values()) == pytest.approx(1.0)
+
+
+# --- the max batch's interval -------------------------------------------------------------------
+
+GB = 1e9
+# HBM bytes per socket by batch (weights 50 GB, 1 GB of cache a sequence), against 64 GB sockets
+USED = {1: 51 * GB, 2: 52 * GB, 4: 54 * GB, 8: 58 * GB, 16: 66 * GB}
+
+
+def order_statistic(values: list[int], q: float) -> int:
+    """The inverted distribution function's percentile, written out: the smallest value with at
+    least q% of the values at or below it (the ceil(q/100 * n)-th smallest)."""
+    xs = sorted(values)
+    return xs[max(1, math.ceil(q / 100 * len(xs))) - 1]
+
+
+def test_max_batch_interval_by_hand():
+    """Usable fractions 0.80 ... 0.99 of 64 GB (51.2 ... 63.4 GB): a member below 52 GB holds
+    batch 1, below 54 batch 2, below 58 batch 4, from 58 up batch 8; 16 needs 66 GB."""
+    fractions = [0.80 + 0.01 * i for i in range(20)]
+    members = [with_values(HW, {"hbm_usable_fraction": f}) for f in fractions]
+    by_hand = []
+    for f in fractions:
+        cap = 64 * GB * f
+        by_hand.append(8 if cap >= 58 * GB else 4 if cap >= 54 * GB else 2 if cap >= 52 * GB else 1)
+    assert by_hand[:2] == [1, 1] and by_hand[-1] == 8
+    got = max_batch_interval(USED, members)
+    assert got == {
+        q: order_statistic(by_hand, p) for q, p in (("p05", 5), ("p50", 50), ("p95", 95))
+    }
+    # 20 members: the 1st, the 10th and the 19th smallest
+    assert got == {"p05": 1, "p50": 4, "p95": 8}
+    assert all(isinstance(v, int) for v in got.values())  # a batch, never between two
+
+
+def test_max_batch_interval_of_one_member_is_its_batch():
+    hw = with_values(HW, {"hbm_usable_fraction": 0.9})  # 57.6 GB: batch 4
+    assert max_batch_interval(USED, [hw]) == {"p05": 4, "p50": 4, "p95": 4}
+    assert usable_hbm_bytes(hw) == pytest.approx(57.6 * GB, rel=1e-12)
+
+
+def test_no_batch_fits_is_zero():
+    hw = with_values(HW, {"hbm_usable_fraction": 0.79})  # 50.6 GB: not even batch 1
+    assert max_batch_interval(USED, [hw]) == {"p05": 0, "p50": 0, "p95": 0}

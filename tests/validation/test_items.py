@@ -66,6 +66,30 @@ def test_every_fitted_or_held_out_item_has_a_measure(evidence):
         assert dep.mapping if dep else item.measure.mapping, item_id
 
 
+def test_every_predicted_item_says_what_its_source_leaves_open(evidence):
+    """A fitted or held-out item writes down its unstated configuration: as notes
+    (`unstated`), as choices of its own or of the deployment it shares, or as choices its
+    figure is the largest over."""
+    for item_id in evidence.ids(Use.FIT, Use.HOLDOUT):
+        item = evidence.item(item_id)
+        m = item.measure
+        dep = evidence.deployment(item_id)
+        assert m is not None
+        open_ = {**item.unstated, **m.unstated, **m.over, **(dep.unstated if dep else {})}
+        assert open_, item_id
+
+
+def test_evidence_counts_of_the_goal(evidence):
+    """At least 12 items from at least 4 sources that do not share an author list, each with
+    its source; the items rdusim cannot express kept, each with why."""
+    used = evidence.ids(Use.FIT, Use.HOLDOUT)
+    sources = {evidence.source_of(i).id: evidence.source_of(i) for i in used}
+    assert len(used) >= 12
+    assert len({s.authors for s in sources.values()}) >= 4
+    kept = evidence.ids(Use.CONTEXT)
+    assert kept and all(evidence.item(i).reason for i in kept)
+
+
 def test_every_context_item_says_why(evidence):
     for item_id in evidence.ids(Use.CONTEXT):
         reason = evidence.item(item_id).reason

@@ -267,3 +267,56 @@ def test_central_is_the_geometric_mean_of_positive_values():
     assert central(np.array([[1.0, 4.0], [0.0, -2.0]])) == pytest.approx(2.0)
     assert central(np.array([2.0, 8.0, 4.0])) == pytest.approx(4.0)
     assert central(np.array([0.0])) == 0.0
+
+
+# --- the runs validate prints --------------------------------------------------------------------
+
+
+class RecordingRuns:
+    """A stand-in for `Runs` that builds nothing: each run is its mapping and settings."""
+
+    def get(self, mapping: str, sets, *, batches: bool = False):
+        return SimpleNamespace(mapping=mapping, sets=tuple(sets))
+
+
+def test_shipped_runs_are_the_runs_of_the_first_reading_validate_builds():
+    """What `rdusim validate` prints for an item (`shipped_runs`) is the run `item_model` makes
+    for its first group and own reading, over every choice its figure is the largest of."""
+    from rdusim.validation.items import Use, shipped_evidence
+    from rdusim.validation.measures import item_model, shipped_runs
+
+    ev = shipped_evidence()
+    for item_id in ev.ids(Use.FIT, Use.HOLDOUT):
+        model = item_model(ev, item_id, RecordingRuns())  # type: ignore[arg-type]
+        built = []
+        for c in range(len(model.over_readings)):
+            for role, run in model.runs[(0, 0, c)].items():
+                entry = {"role": role, "mapping": run.mapping, "set": list(run.sets)}
+                if entry not in built:
+                    built.append(entry)
+        assert shipped_runs(ev, item_id) == built, item_id
+        assert built[0]["role"] == "main"
+
+
+def test_shipped_runs_of_a_table5_cell_by_hand():
+    """Table 5's 128K cell without SnapStream: its deployment (r1_decode_paper at batch=max),
+    the cell's prompt and SnapStream setting, then the first reading of who issues the calls
+    and which experts stream, as snapstream-paper.yaml writes them."""
+    from rdusim.validation.items import shipped_evidence
+    from rdusim.validation.measures import shipped_runs
+
+    ev = shipped_evidence()
+    assert shipped_runs(ev, "snapstream-paper/table5-throughput-128k-base") == [
+        {
+            "role": "main",
+            "mapping": "r1_decode_paper",
+            "set": [
+                "batch=max",
+                "seq_len=131072",
+                "snapstream.enabled=false",
+                "orchestration=software",
+                "moe.expert_loading=all",
+            ],
+        }
+    ]
+    assert shipped_runs(ev, "snapstream-paper/socket-peak-bf16") == []  # context: no run

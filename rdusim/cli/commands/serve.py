@@ -43,8 +43,16 @@ def register(sub: Subparsers) -> None:
         description="A request-level discrete-event simulation of continuous batching on static "
         "graphs; graph times come from simulating the two mappings.",
     )
-    s.add_argument("--prefill", required=True, metavar="MAPPING", help=f"prefill: {MAPPING_HELP}")
-    s.add_argument("--decode", required=True, metavar="MAPPING", help=f"decode: {MAPPING_HELP}")
+    s.add_argument(
+        "--prefill",
+        metavar="MAPPING",
+        help=f"prefill: {MAPPING_HELP} (not with a workload that lists its models:)",
+    )
+    s.add_argument(
+        "--decode",
+        metavar="MAPPING",
+        help=f"decode: {MAPPING_HELP} (not with a workload that lists its models:)",
+    )
     s.add_argument(
         "--workload",
         required=True,
@@ -79,9 +87,10 @@ def register(sub: Subparsers) -> None:
     s.set_defaults(func=serve_command)
 
 
-# A rate as a user writes it: plain decimal or scientific notation, ASCII digits only.
-# Python's float() would also take `1_000`, `inf`, `nan` and non-ASCII digits.
-RATE_SYNTAX = re.compile(r"\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# A number as a user writes it: plain decimal or scientific notation, ASCII digits only, with a
+# sign (a negative number is a number, just not a rate). Python's float() would also take
+# `1_000`, `inf`, `nan` and non-ASCII digits.
+RATE_SYNTAX = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def parse_rate(item: str) -> float:
@@ -158,19 +167,31 @@ def _check_points(
 ) -> int:
     """Load both mappings at every distinct `--set` combination, and draw the requests at every
     rate, before simulating anything; the number of requests all the runs serve."""
+    from rdusim.serving.models import served_models
     from rdusim.serving.serve import workload_requests
     from rdusim.spec.mapping import load_mapping
 
+    served = served_models(workload, args.prefill, args.decode)
     for sets in dict.fromkeys(p.sets for p in points):
         overrides = [f"{k}={v}" for k, v in sets]
-        for mapping in (args.prefill, args.decode):
+        pairs = [
+            (m.name, phase, mapping, [*m.overrides, *overrides, *extra])
+            for m in served
+            for phase, mapping, extra in (
+                ("prefill", m.prefill, m.prefill_overrides),
+                ("decode", m.decode, m.decode_overrides),
+            )
+        ]
+        for name, phase, mapping, applied in pairs:
             try:
-                load_mapping(mapping, overrides)
+                load_mapping(mapping, applied)
             except RdusimError as exc:
-                if not sets or not isinstance(exc, SpecError):
+                if not (sets or name) or not isinstance(exc, SpecError):
                     raise
+                where = f"{name}'s {phase} mapping" if name else ""
+                given = f"with --set {' '.join(overrides)}" if sets else ""
                 raise SpecError(
-                    f"with --set {' '.join(overrides)}: {exc.problem}",
+                    f"{', '.join(x for x in (where, given) if x)}: {exc.problem}",
                     file=exc.file,
                     key=exc.key,
                     line=exc.line,
@@ -219,7 +240,8 @@ def _files(
     }
     files[outputs["--out serve.json"]] = dumps(document)
     files[outputs["--out requests.csv"]] = requests_csv(
-        [(i, r.result.records) for i, r in enumerate(runs)]
+        [(i, r.result.records) for i, r in enumerate(runs)],
+        [list(r.metrics["per_model"]) for r in runs],
     )
     for name, fig in figures.items():
         files[outputs[f"--out {name}"]] = figure_bytes(fig, "png")

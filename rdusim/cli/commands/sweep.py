@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rdusim.cli.options import Subparsers, add_mapping, add_out, add_set, check_mapping_paths
+from rdusim.cli.progress import progress_bar
 from rdusim.errors import SpecError
 from rdusim.studies.executors import ExecutorKind
 
@@ -55,8 +56,6 @@ def register(sub: Subparsers) -> None:
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from rdusim.outputs import write_outputs
     from rdusim.studies import sweep
 
@@ -72,7 +71,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     sweep.check_points(args.mapping, points)
     if plot is not None:
         sweep.check_plot(*plot, sweep.columns(axes, []), kernels=True)
-    with tqdm(total=len(points), desc="sweep", unit="point", file=sys.stderr) as bar:
+    with progress_bar(len(points), "sweep", "point") as bar:
         rows = sweep.run_sweep(
             args.mapping,
             points,
