@@ -520,7 +520,7 @@ def _reads_cache(graph: Graph, op: Op) -> bool:
 
 def _looks_up_weights(op: Op) -> bool:
     """Whether the op's explicit read shape is rows of its own weights (the embedding table)."""
-    return op.cost_class == CostClass.MEMORY and bool(op.weights) and op.read is not None
+    return costs.cost_class_of(op) == CostClass.MEMORY and bool(op.weights) and op.read is not None
 
 
 def _cache_share_of_outputs(graph: Graph, op: Op, wl: Workload) -> float:
