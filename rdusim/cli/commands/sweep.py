@@ -126,8 +126,22 @@ def _sweep_files(
         sweep.check_plot(x, y, cols, kernels=infeasible == len(rows))
         groups = [a.key for a in axes if len(a.values) > 1 and a.key != x]
         title = f"{Path(args.mapping).stem}: {y} vs {x}"
-        files[out / "sweep.png"] = figure_bytes(sweep_figure(rows, x, y, groups, title), "png")
+        marks = _published(args.mapping, axes, rows, y)
+        figure = sweep_figure(rows, x, y, groups, title, published=marks)
+        files[out / "sweep.png"] = figure_bytes(figure, "png")
     return files
+
+
+def _published(
+    mapping: str, axes: Sequence[Any], rows: list[dict[str, Any]], y: str
+) -> list[tuple[int, float]]:
+    """The published figures of `y` at the sweep's points (rows follow the grid's order)."""
+    from rdusim.studies import sweep
+    from rdusim.studies.published import published_points
+
+    sets = [sweep.overrides(p) for p in sweep.grid(axes)]
+    ok = [sweep.is_ok(r) for r in rows]
+    return [(p.row, p.value) for p in published_points(mapping, sets, ok, y)]
 
 
 def _report_sweep(
