@@ -99,6 +99,36 @@ def test_help_loads_no_heavy_library() -> None:
     assert done.stdout.split() == [], done.stdout
 
 
+# what `rdusim map` of a written-out mapping must not load: the search, serving, plotting and
+# tables, the parallel executors, scipy (calibration and the search's expert-parallel tails)
+NOT_FOR_MAP = (
+    "networkx",
+    "scipy",
+    "matplotlib",
+    "pandas",
+    "dask",
+    "tqdm",
+    "multiprocessing",
+    "concurrent.futures",
+    "rdusim.search.mapper",
+    "rdusim.serving",
+)
+
+
+def test_map_loads_only_what_it_uses() -> None:
+    probe = (
+        "import contextlib, io, sys\n"
+        "from rdusim.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['map', 'r1_prefill']) == 0\n"
+        f"print(*sorted(m for m in {NOT_FOR_MAP!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split() == [], done.stdout
+
+
 @pytest.mark.parametrize("entry", [["-m", "rdusim"], ["-m", "rdusim.cli"]])
 def test_both_module_entries_run_the_command(entry: list[str]) -> None:
     done = subprocess.run(
