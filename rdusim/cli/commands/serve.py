@@ -171,9 +171,9 @@ def _check_points(
     from rdusim.serving.serve import workload_requests
     from rdusim.spec.mapping import load_mapping
 
-    served = served_models(workload, args.prefill, args.decode)
     for sets in dict.fromkeys(p.sets for p in points):
         overrides = [f"{k}={v}" for k, v in sets]
+        served = served_models(workload, args.prefill, args.decode, overrides)
         pairs = [
             (m.name, phase, mapping, [*m.overrides, *overrides, *extra])
             for m in served
