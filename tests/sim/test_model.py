@@ -232,14 +232,7 @@ def test_identical_kernels_are_simulated_once(prefill, monkeypatch):
     import rdusim.sim.model as model
 
     model.clear_timings()  # timings kept from earlier runs would hide the count
-    calls: list[str] = []
-    real = model.time_kernel
-
-    def counting(kernel, *args, **kwargs):
-        calls.append(kernel.name)
-        return real(kernel, *args, **kwargs)
-
-    monkeypatch.setattr(model, "time_kernel", counting)
+    calls = _counting_timer(monkeypatch)
     result = simulate(prefill.program, prefill.mapping.hardware)
     kernels = [k for lp in prefill.program.all_layers() for k in lp.kernels]
     distinct = {repr(k) for k in kernels}
