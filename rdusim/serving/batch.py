@@ -18,10 +18,10 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rdusim.serving.events import Alarm, Ring, ServingEnvironment
-from rdusim.serving.records import DecodeRun, RequestRecord, RunLog
+from rdusim.serving.records import JOINED, LEFT, DecodeRun, RequestRecord, RunLog
 from rdusim.serving.shape import GraphShape
 from rdusim.serving.step_times import StepTimes
 from rdusim.spec.workload import DecodeStepCost
@@ -44,6 +44,7 @@ class Stretch:
     steps: int
     until: int
     replan: Replan
+    joins: list[tuple[int, int]] = field(default_factory=list)  # (boundary, requests) joining
 
 
 class DecodeBatch:
@@ -76,7 +77,7 @@ class DecodeBatch:
         self._finish: list[tuple[int, int, RequestRecord]] = []  # (step, id, record)
         self._cache: list[tuple[float, int]] = []  # (-cache key, id), stale entries skipped
         self.running: dict[int, RequestRecord] = {}  # requests in the batch, by id
-        self._last_run: DecodeRun | None = None
+        self._last_run = -1  # the index of its last decode run in the log (-1: none yet)
         self._step_s: dict[tuple[int, int], float] = {}  # occupied cost, by (slots, cache)
         self.stretch: Stretch | None = None
 
@@ -90,17 +91,22 @@ class DecodeBatch:
         """Bring the requests whose caches have arrived into the batch (a step boundary)."""
         if not self.pending:
             return
-        shape = self.shape
-        for rec in self.pending:
-            rec.join_step = self.steps
-            heapq.heappush(self._finish, (self.steps + self.steps_of(rec), rec.id, rec))
-            # its cache during global step s is key + s * tokens_per_step (see _occupied_s)
-            key = shape.kv_tokens(rec.prompt_tokens) + 1 - (self.steps + 1) * shape.tokens_per_step
-            heapq.heappush(self._cache, (-key, rec.id))
-            self.running[rec.id] = rec
+        self._join(self.pending, self.steps)
         self.active += len(self.pending)
         self.pending.clear()
-        self.log.occupancy.append((now, self.index, self.active))
+        self.log.occupied(now, self.index, self.active, self.env.priority, JOINED)
+
+    def _join(self, recs: list[RequestRecord], steps: int) -> None:
+        """`recs` join the batch when it has run `steps` steps."""
+        shape = self.shape
+        for rec in recs:
+            rec.join_step = steps
+            heapq.heappush(self._finish, (steps + self.steps_of(rec), rec.id, rec))
+            if not self.static:  # the longest cache sets the step time
+                # its cache during global step s is key + s * tokens_per_step (`_occupied_s`)
+                key = shape.kv_tokens(rec.prompt_tokens) + 1 - (steps + 1) * shape.tokens_per_step
+                heapq.heappush(self._cache, (-key, rec.id))
+            self.running[rec.id] = rec
 
     # --- stretches of steps -----------------------------------------------------------------
 
@@ -115,7 +121,9 @@ class DecodeBatch:
 
     def poke(self) -> None:
         """Something the batch or its node's choice depends on changed now: re-plan the
-        stretch from its first step boundary not yet passed."""
+        stretch from its first step boundary not yet passed. Caches that arrived join there;
+        with a static step (whose time the batch does not change) that is accounted now and
+        the stretch runs on, else it stops there."""
         st = self.stretch
         if st is None:
             return
@@ -125,7 +133,18 @@ class DecodeBatch:
             first = bisect_left(st.bounds, env.now, 1, st.steps + 1)
         else:
             first = bisect_right(st.bounds, env.now, 1, st.steps + 1)
-        steps = max(first, min(st.replan(first), st.until))
+        if self.pending and self.static and first < st.steps:
+            self._join(self.pending, self.steps + first)
+            if st.joins and st.joins[-1][0] == first:  # one change for all joining there
+                first, before = st.joins.pop()
+                st.joins.append((first, before + len(self.pending)))
+            else:
+                st.joins.append((first, len(self.pending)))
+            self.pending.clear()
+            st.until = min(st.until, self._finish[0][0] - self.steps)
+            steps = st.until
+        else:
+            steps = max(first, min(st.replan(first), st.until))
         if steps != st.steps:
             self._extend(st, steps)
             st.steps = steps
@@ -143,16 +162,21 @@ class DecodeBatch:
         st, self.stretch = self.stretch, None
         assert st is not None
         k, start, now = st.steps, st.bounds[0], st.bounds[st.steps]
+        log, run = self.log, self._last_run
+        log.slot_steps += self.active * k
+        for j, joined in st.joins:  # joined at boundary j: in the batch for the steps after
+            self.active += joined
+            log.slot_steps += joined * (k - j)
+            log.occupied(st.bounds[j], self.index, self.active, self.alarm.priority, JOINED)
         self.steps += k
-        self.log.slot_steps += self.active * k
-        self.log.decode_steps += k
-        run = self._last_run
-        if run is not None and run.end_s == start:
-            run.end_s, run.steps = now, run.steps + k
+        log.decode_steps += k
+        if run >= 0 and log.decode_end_s(run) == start:
+            log.extend_decode_run(run, now, k)
         else:
-            self._last_run = DecodeRun(self.node, start, now, k, self.model)
-            self.log.decode_runs.append(self._last_run)
-            self.log.run_firsts.append((st.bounds[1], self.alarm.priority))
+            first = (st.bounds[1], self.alarm.priority)
+            self._last_run = log.add_decode_run(
+                DecodeRun(self.node, start, now, k, self.model), *first
+            )
         done = []
         while self._finish and self._finish[0][0] == self.steps:
             _, _, rec = heapq.heappop(self._finish)
@@ -162,7 +186,7 @@ class DecodeBatch:
             done.append(rec)
         if done:
             self.active -= len(done)
-            self.log.occupancy.append((now, self.index, self.active))
+            log.occupied(now, self.index, self.active, self.alarm.priority, LEFT)
         return done
 
     def _extend(self, st: Stretch, upto: int) -> None:

@@ -61,12 +61,15 @@ on its link (first come, first served), so neither costs an event per waiting no
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import simpy
+from simpy.events import NORMAL, URGENT
 
 from rdusim.serving.acceptance import drawn_steps
 from rdusim.serving.arrivals import Request
@@ -76,7 +79,9 @@ from rdusim.serving.records import (
     NAN,
     DecodeRun,
     PrefillRun,
+    RecordTable,
     RequestRecord,
+    RequestSet,
     RunLog,
     SwitchRun,
 )
@@ -112,7 +117,9 @@ __all__ = [
     "ModelGraphs",
     "ModelTurns",
     "PrefillRun",
+    "RecordTable",
     "RequestRecord",
+    "RequestSet",
     "SwitchRun",
     "simulate_models",
     "simulate_serving",
@@ -166,12 +173,8 @@ class ModelGraphs:
 
 @dataclass
 class EngineResult:
-    records: list[RequestRecord]
-    prefills: list[PrefillRun]
-    decode_runs: list[DecodeRun]
-    occupancy: list[tuple[float, int, int]]  # (time, decode batch, occupied slots) on change
-    slot_steps: int  # occupied slots summed over every decode step
-    decode_steps: int
+    table: RecordTable  # every request's record, as columns
+    log: RunLog  # the graph executions and occupancy changes, as columns
     decode_node_count: int
     slots_per_node: int
     config: EngineConfig
@@ -179,11 +182,43 @@ class EngineResult:
     decode_step_s: float  # the static graph's step time
     prefill_s: dict[int, float] = field(default_factory=dict)  # per graph length
     models: list[ModelGraphs] = field(default_factory=list)
-    switches: list[SwitchRun] = field(default_factory=list)
     # per model: its prefill graphs' times, by length (those the run used)
     model_prefill_s: list[dict[int, float]] = field(default_factory=list)
     static_step_s: list[float] = field(default_factory=list)  # per model: its graph's step
     model_chunk_s: list[dict[int, float]] = field(default_factory=list)  # per model, by chunk
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        """Every request's record, in id order (objects built from `table` on each call)."""
+        return self.table.records()
+
+    @property
+    def prefills(self) -> list[PrefillRun]:
+        """Every prefill graph execution (objects built from `log` on each call)."""
+        return self.log.prefills()
+
+    @property
+    def decode_runs(self) -> list[DecodeRun]:
+        """The runs of consecutive decode steps of each batch (built on each call)."""
+        return self.log.decode_runs()
+
+    @property
+    def occupancy(self) -> list[tuple[float, int, int]]:
+        """(time, decode batch, occupied slots) at each change (built on each call)."""
+        return self.log.occupancy()
+
+    @property
+    def switches(self) -> list[SwitchRun]:
+        return self.log.switches
+
+    @property
+    def slot_steps(self) -> int:
+        """Occupied slots summed over every decode step."""
+        return self.log.slot_steps
+
+    @property
+    def decode_steps(self) -> int:
+        return self.log.decode_steps
 
     def batch_model(self, batch: int) -> int:
         """The model of a decode batch (the batches are numbered node by node, a model each)."""
@@ -205,7 +240,7 @@ class Engine:
 
     def __init__(
         self,
-        requests: Sequence[Request],
+        requests: Sequence[Request] | RequestSet,
         models: Sequence[ModelGraphs],
         config: EngineConfig,
         progress: Progress | None = None,
@@ -221,10 +256,8 @@ class Engine:
         self.times = models[0].times
         self.config = config
         self.most = UNBOUNDED if config.coalesce_steps else 1  # steps a stretch may take
-        self.records = [
-            RequestRecord(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.model)
-            for r in sorted(requests, key=lambda r: (r.arrival_s, r.id))
-        ]
+        self.requests = requests if isinstance(requests, RequestSet) else RequestSet(requests)
+        self.table = RecordTable(self.requests)
         self.prefill_s: list[dict[int, float]] = [{} for _ in models]  # filled on first use
         self.chunk_s: list[dict[int, float]] = [{} for _ in models]  # by chunk index
         self.static_step_s = [
@@ -232,8 +265,8 @@ class Engine:
         ]
         self.queues: list[deque[RequestRecord]] = [deque() for _ in models]  # waiting prefill
         self.queue = self.queues[0]
-        self._drawn = _drawn_steps(self.records, self.models, config.seed)
-        self.log = RunLog.empty()
+        self._drawn = drawn_steps_of(self.requests, self.models, config.seed)
+        self.log = RunLog()
         self.completed = 0
         self.alarms: list[Alarm] = []  # each colocated or decode node's
         self.sleepers: list[Alarm] = []  # colocated nodes waiting for a prompt, in that order
@@ -241,7 +274,8 @@ class Engine:
             self._build_colocated()
         else:
             self._build_disaggregated()
-        self.env.process(self._arrivals())
+        self.arrived_count = 0  # requests arrived so far, in arrival order
+        self.env.at(0, URGENT).callbacks.append(lambda _: self._arrivals())  # after the nodes
 
     def _batches(self, node: int, rank: int) -> list[DecodeBatch]:
         """A node's decode batches, one per model, waking at the node's priority."""
@@ -275,29 +309,48 @@ class Engine:
         self.ready: deque[RequestRecord] = deque()  # prefilled, waiting for a decode slot
         self.held = [0] * cfg.prefill_nodes  # caches each prefill node holds
         self.idle: deque[int] = deque(range(cfg.prefill_nodes))  # in the order they began waiting
+        self.is_idle = [True] * cfg.prefill_nodes
         self.link_free = [0.0] * cfg.decode_nodes  # when each decode node's link is next free
-        for i in range(cfg.decode_nodes):
-            self.env.process(self._decode_node(i))
+        decoding = [b[0] for b in self.batches]
+        self._stepped = [_call(self._decode_stretch_end, b) for b in decoding]
+        self._woken = [_call(self._decode_node, b) for b in decoding]
+        for batch in decoding:
+            self._decode_node(batch)
 
     # --- shared -----------------------------------------------------------------------------
 
     def steps_of(self, rec: RequestRecord) -> int:
         """Decode steps the request takes: drawn before the run when steps verify drafts
         (`rdusim.serving.acceptance`), else at the mean rate."""
-        if self._drawn is not None and rec.id in self._drawn:
-            return self._drawn[rec.id]
+        if self._drawn is not None:
+            steps = self._drawn[self.requests.row(rec.id)]
+            if steps >= 0:
+                return steps
         return self.models[rec.model].shape.decode_steps(rec.output_tokens)
 
-    def _arrivals(self) -> Process:
-        """Each request joins its model's queue at its arrival; whoever waits for prompts is
-        told once every request of that instant is in."""
-        env = self.env
-        for rec in self.records:
-            if rec.arrival_s > env.now:
-                self._arrived()
-                yield env.timeout(rec.arrival_s - env.now)
-            self.queues[rec.model].append(rec)
-        self._arrived()
+    def _arrivals(self, due: object = None) -> None:
+        """The requests of this instant join their models' queues (the one the event was due
+        for, and those arriving no later than now), whoever waits for prompts is told, and the
+        next arrival is scheduled (as simpy's timeout would: now + the gap)."""
+        env, queues, a = self.env, self.queues, self.requests.arriving
+        ids, times, prompts, outputs, models = (
+            a["id"],
+            a["arrival_s"],
+            a["prompt_tokens"],
+            a["output_tokens"],
+            a["model"],
+        )
+        first = i = self.arrived_count
+        now, n = env.now, len(ids)
+        while i < n and ((due is not None and i == first) or not times[i] > now):
+            m = models[i]
+            queues[m].append(RequestRecord(ids[i], times[i], prompts[i], outputs[i], m))
+            i += 1
+        if i > first:
+            self.arrived_count = i
+            self._arrived()
+        if i < n:
+            env.at(now + (times[i] - now), NORMAL).callbacks.append(self._arrivals)
 
     def _arrived(self) -> None:
         if self.config.mode == DeploymentMode.COLOCATED:
@@ -311,7 +364,8 @@ class Engine:
     def _take_prompts(self, most: int, model: int = 0) -> list[RequestRecord]:
         queue = self.queues[model]
         taken = [queue.popleft() for _ in range(min(most, len(queue)))]
-        poke_all(self.stretchable)
+        if self.stretchable:
+            poke_all(self.stretchable)
         return taken
 
     def graph_s(self, model: int, graph_len: int) -> float:
@@ -324,7 +378,7 @@ class Engine:
     def _start_prefill(self, node: int, group: list[RequestRecord], model: int = 0) -> int:
         """Start the prefill graph that holds the group's longest prompt; its length."""
         shape = self.models[model].shape
-        graph = max(shape.graph_len(r.prompt_tokens) for r in group)
+        graph = shape.graph_len(max(r.prompt_tokens for r in group))  # lengths only grow
         start = self.env.now
         for rec in group:
             rec.prefill_node, rec.prefill_start_s, rec.graph_len = node, start, graph
@@ -335,14 +389,13 @@ class Engine:
     ) -> None:
         """The group's prefill graph has run: its first tokens are out."""
         now = self.env.now
-        self.log.prefills.append(
-            PrefillRun(node, start, now, graph, tuple(r.id for r in group), model)
-        )
+        self.log.add_prefill(node, start, now, graph, [r.id for r in group], model)
         for rec in group:
             rec.first_token_s = now
 
     def _complete(self, rec: RequestRecord) -> None:
         rec.completions += 1
+        self.table.store(rec)
         self.completed += 1
         if self.progress is not None and self.completed % PROGRESS_EVERY == 0:
             self.progress(PROGRESS_EVERY)
@@ -365,6 +418,7 @@ class Engine:
         ask the policy what to run of it, run it. This is the loop every step goes through."""
         env = self.env
         policy = self.config.colocated_policy()
+        ahead = policy if self.config.coalesce_steps and isinstance(policy, Lookahead) else None
         turns = ModelTurns(
             self.models,
             self.config.hbm_budget,
@@ -398,7 +452,7 @@ class Engine:
                 yield from self._colocated_prefill(batch, decision, state)
                 since[m] = 0
             elif isinstance(decision, Decode):
-                most, replan = self._ahead(policy, state, turns, batch)
+                most, replan = self._ahead(ahead, state, turns, batch)
                 steps, _ = yield from self._decode_steps(batch, most, replan)
                 since[m] += steps
             elif isinstance(decision, Wait):
@@ -419,26 +473,32 @@ class Engine:
         return self.alarms[node].sleep()
 
     def _ahead(
-        self, policy: Policy, state: SchedulerState, turns: ModelTurns, batch: DecodeBatch
+        self,
+        policy: Lookahead | None,
+        state: SchedulerState,
+        turns: ModelTurns,
+        batch: DecodeBatch,
     ) -> tuple[int, Replan]:
-        """How many decode steps the policy commits to from `state` (one, unless it says:
-        `Lookahead`, and no other model can take a turn meanwhile), and how to re-plan them
-        when a queue changes (with one model: ask the policy again, as of the boundary; with
-        several: stop at the boundary and take the turn afresh)."""
-        if not (self.config.coalesce_steps and isinstance(policy, Lookahead)):
-            return 1, cut
-        if not turns.sole(batch.model):
+        """How many decode steps the node's policy commits to from `state` (one, unless it
+        says, `Lookahead`, and no other model can take a turn meanwhile), and how to re-plan
+        them when a queue changes (with one model: ask the policy again, as of the boundary;
+        with several: stop at the boundary and take the turn afresh)."""
+        if policy is None or not turns.sole(batch.model):
             return 1, cut
         most = max(1, policy.decodes_ahead(state))
         if turns.count > 1:
             return most, cut
 
         def replan(first: int) -> int:
-            later = replace(
-                state,
-                now=batch.bound(first),
-                steps_since_prefill=state.steps_since_prefill + first,
-                last=Action.DECODE,
+            later = SchedulerState(
+                batch.bound(first),
+                state.node,
+                state.waiting,
+                state.free_slots,
+                state.running,
+                state.prefill_batch,
+                state.steps_since_prefill + first,
+                Action.DECODE,
             )
             return first + policy.decodes_ahead(later)
 
@@ -489,7 +549,7 @@ class Engine:
             start = env.now
             yield env.after(self._chunk_s(m, k, tokens), batch.alarm.priority)
             ids = tuple(r.id for r, c in zip(group, chunks, strict=True) if c > k)
-            self.log.prefills.append(PrefillRun(node, start, env.now, tokens, ids, m, k))
+            self.log.add_prefill(node, start, env.now, tokens, ids, m, k)
             for rec, count in zip(group, chunks, strict=True):
                 if count == k + 1:
                     self._first_token(batch, rec)
@@ -536,9 +596,11 @@ class Engine:
     def _try_prefill(self, node: int) -> bool:
         """Start a prefill on an idle prefill node if a prompt waits and the node has room for
         its cache (it holds at most `prefill_batch + prefill_hold`); whether it started."""
+        if not self.queue:
+            return False
         shape = self.shape
         most = min(shape.prefill_batch, shape.prefill_batch + shape.prefill_hold - self.held[node])
-        if not self.queue or most < 1:
+        if most < 1:
             return False
         group = self._take_prompts(most)
         start = self.env.now
@@ -563,20 +625,29 @@ class Engine:
         self._dispatch()
         if not self._try_prefill(node):
             self.idle.append(node)
+            self.is_idle[node] = True
 
     def _wake_idle(self) -> None:
         """Prompts arrived: the idle prefill nodes take them, in the order they began waiting
         (the others keep their places)."""
         idle = self.idle
-        for _ in range(len(idle)):
-            node = idle.popleft()
-            if not (self.queue and self._try_prefill(node)):
-                idle.append(node)
+        started = []
+        for node in idle:
+            if not self.queue:
+                break
+            if self._try_prefill(node):
+                started.append(node)
+        for node in started:
+            idle.remove(node)
+            self.is_idle[node] = False
 
     def _dispatch(self) -> None:
         """Give prefilled caches, first come first served, to decode nodes with a free slot."""
         while self.ready:
-            batch = max((b[0] for b in self.batches), key=lambda b: (len(b.free), -b.node))
+            if len(self.batches) == 1:
+                batch = self.batches[0][0]
+            else:
+                batch = max((b[0] for b in self.batches), key=lambda b: (len(b.free), -b.node))
             if not batch.free:
                 return
             rec = self.ready.popleft()
@@ -586,7 +657,7 @@ class Engine:
                 start = max(self.env.now, self.link_free[batch.node])
                 end = self.link_free[batch.node] = start + seconds
                 rec.transfer_start_s, rec.transfer_end_s = start, end
-                arrived = self.env.at(end, simpy.events.NORMAL)
+                arrived = self.env.at(end, NORMAL)
                 arrived.callbacks.append(lambda _, rec=rec, batch=batch: self._arrive(rec, batch))
             else:  # nothing to move: the cache is there before the next step starts
                 rec.transfer_start_s = rec.transfer_end_s = self.env.now
@@ -602,24 +673,35 @@ class Engine:
         batch at the next step boundary."""
         node = rec.prefill_node
         self.held[node] -= 1
-        if node in self.idle:
+        if self.is_idle[node]:  # it wakes: takes prompts, or goes to the back of the line
             self.idle.remove(node)
-            if not self._try_prefill(node):
+            if self._try_prefill(node):
+                self.is_idle[node] = False
+            else:
                 self.idle.append(node)
         batch.pending.append(rec)
         batch.alarm.wake()
         batch.poke()
 
-    def _decode_node(self, node: int) -> Process:
-        env, batch = self.env, self.batches[node][0]
-        while True:
-            batch.admit(env.now)
-            if not batch.active:
-                yield batch.alarm.sleep()
-                continue
-            _, done = yield from self._decode_steps(batch, self.most)
-            if done:
-                self._dispatch()
+    def _decode_node(self, batch: DecodeBatch) -> None:
+        """A decode node at a step boundary, or woken: the arrived caches join, then it runs
+        steps until the next completion, or sleeps until a cache arrives."""
+        batch.admit(self.env.now)
+        if batch.active:
+            batch.plan(self.most).callbacks.append(self._stepped[batch.node])
+        else:
+            batch.alarm.sleep().callbacks.append(self._woken[batch.node])
+
+    def _decode_stretch_end(self, batch: DecodeBatch) -> None:
+        """A decode node's steps have run: the requests they completed free their slots, and
+        waiting caches take them."""
+        done = batch.finish()
+        for rec in done:
+            batch.release(rec.slot)
+            self._complete(rec)
+        if done:
+            self._dispatch()
+        self._decode_node(batch)
 
     # --- run --------------------------------------------------------------------------------
 
@@ -627,17 +709,16 @@ class Engine:
         self.env.run_all()
         if self.progress is not None:
             self.progress(self.completed % PROGRESS_EVERY)
-        unfinished = [r.id for r in self.records if r.completions != 1]
-        if unfinished:
-            raise RuntimeError(f"requests did not complete exactly once: {unfinished[:10]}")
-        log = self.log
+        self.log.close()
+        completions = self.table.column("completions")
+        unfinished = self.table.column("id")[completions != 1]
+        if len(unfinished):
+            raise RuntimeError(
+                f"requests did not complete exactly once: {unfinished[:10].tolist()}"
+            )
         return EngineResult(
-            records=sorted(self.records, key=lambda r: r.id),
-            prefills=log.prefills,
-            decode_runs=log.ordered_decode_runs(),
-            occupancy=log.occupancy,
-            slot_steps=log.slot_steps,
-            decode_steps=log.decode_steps,
+            table=self.table,
+            log=self.log,
             decode_node_count=len(self.batches),
             slots_per_node=self.shape.decode_slots,
             config=self.config,
@@ -645,29 +726,39 @@ class Engine:
             decode_step_s=self.static_step_s[0],
             prefill_s=dict(self.prefill_s[0]),
             models=self.models,
-            switches=log.switches,
             model_prefill_s=[dict(p) for p in self.prefill_s],
             static_step_s=list(self.static_step_s),
             model_chunk_s=[dict(c) for c in self.chunk_s],
         )
 
 
-def _drawn_steps(
-    records: Sequence[RequestRecord], models: Sequence[ModelGraphs], seed: int
-) -> dict[int, int] | None:
-    """Each request's decode steps by id, drawn in id order (each model from its own stream)
-    for the models whose steps verify drafts; None when every step of every model accepts the
-    mean."""
-    drawn: dict[int, int] = {}
-    for m, graphs in enumerate(models):
-        shape = graphs.shape
-        if not shape.draft_tokens:
-            continue
-        ordered = sorted((r for r in records if r.model == m), key=lambda r: r.id)
-        tokens = [r.output_tokens - 1 for r in ordered]
-        steps = drawn_steps(tokens, shape.draft_tokens, shape.acceptance, seed, stream=m)
-        drawn.update({r.id: int(n) for r, n in zip(ordered, steps.tolist(), strict=True)})
-    return drawn or None
+def _call(f: Callable[[DecodeBatch], None], batch: DecodeBatch) -> Callable[[object], None]:
+    """An event's callback that calls `f(batch)`."""
+    return lambda _: f(batch)
+
+
+def drawn_steps_of(
+    requests: RequestSet, models: Sequence[ModelGraphs], seed: int
+) -> Sequence[int] | None:
+    """Each request's decode steps by row, drawn in id order (each model from its own stream)
+    for the models whose steps verify drafts (-1 for the others' requests); None when every
+    step of every model accepts the mean. Kept with the requests for the next run."""
+    key = (seed, tuple((g.shape.draft_tokens, g.shape.acceptance) for g in models))
+    if key not in requests.drawn:
+        model = requests.columns["model"]
+        tokens = requests.columns["output_tokens"] - 1
+        steps = np.full(len(requests), -1, dtype=np.int64)
+        drafted = False
+        for m, graphs in enumerate(models):
+            shape = graphs.shape
+            if shape.draft_tokens:
+                rows = np.flatnonzero(model == m)
+                steps[rows] = drawn_steps(
+                    tokens[rows], shape.draft_tokens, shape.acceptance, seed, stream=m
+                )
+                drafted = True
+        requests.drawn[key] = array("q", steps.tobytes()) if drafted else None
+    return requests.drawn[key]
 
 
 def simulate_serving(
@@ -683,11 +774,11 @@ def simulate_serving(
 
 
 def simulate_models(
-    requests: Sequence[Request],
+    requests: Sequence[Request] | RequestSet,
     models: Sequence[ModelGraphs],
     config: EngineConfig,
     progress: Progress | None = None,
 ) -> EngineResult:
     """Serve `requests`, each asking for one of `models` (`Request.model`, an index), on the
-    deployment `config`."""
+    deployment `config` (a `RequestSet` of them can be shared by several runs)."""
     return Engine(requests, models, config, progress).run()
