@@ -35,7 +35,7 @@ def cut(first: int) -> int:
     return first
 
 
-@dataclass
+@dataclass(slots=True)
 class Stretch:
     """Decode steps run back to back: step i ends at `bounds[i]` (`bounds[0]`, the start);
     the alarm rings at `bounds[steps]`, or earlier at the batch's next completion, `until`."""

@@ -72,7 +72,7 @@ import simpy
 from simpy.events import NORMAL, URGENT
 
 from rdusim.serving.acceptance import drawn_steps
-from rdusim.serving.arrivals import Request
+from rdusim.serving.arrivals import Request, Requests
 from rdusim.serving.batch import UNBOUNDED, DecodeBatch, Replan, cut, poke_all
 from rdusim.serving.events import Alarm, Ring, ServingEnvironment, node_priority
 from rdusim.serving.records import (
@@ -240,7 +240,7 @@ class Engine:
 
     def __init__(
         self,
-        requests: Sequence[Request] | RequestSet,
+        requests: Sequence[Request] | Requests | RequestSet,
         models: Sequence[ModelGraphs],
         config: EngineConfig,
         progress: Progress | None = None,
@@ -402,7 +402,8 @@ class Engine:
 
     def _decode_steps(self, batch: DecodeBatch, most: int, replan: Replan = cut) -> Steps:
         """Up to `most` steps of `batch` (fewer if a request completes or a poke cuts them);
-        the requests they complete free their slots. Returns how many steps ran."""
+        the requests they complete free their slots. Returns how many steps ran, and those
+        requests."""
         yield batch.plan(most, replan)
         steps = batch.stretch.steps if batch.stretch is not None else 0
         done = batch.finish()
@@ -415,7 +416,8 @@ class Engine:
 
     def _colocated(self, node: int) -> Process:
         """The node's loop: take the next model's turn (switching it in if it is not resident),
-        ask the policy what to run of it, run it. This is the loop every step goes through."""
+        ask the policy what to run of it, run it. Every decision goes through it; the decode
+        steps the policy commits to in a row are one pass (`_ahead`)."""
         env = self.env
         policy = self.config.colocated_policy()
         ahead = policy if self.config.coalesce_steps and isinstance(policy, Lookahead) else None
@@ -774,7 +776,7 @@ def simulate_serving(
 
 
 def simulate_models(
-    requests: Sequence[Request] | RequestSet,
+    requests: Sequence[Request] | Requests | RequestSet,
     models: Sequence[ModelGraphs],
     config: EngineConfig,
     progress: Progress | None = None,

@@ -271,7 +271,6 @@ def _columns(types: dict[str, str]) -> dict[str, array[Any]]:
 
 SUBMITTED = ("id", "arrival_s", "prompt_tokens", "output_tokens", "model")
 RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
-FLOAT_FIELDS = tuple(f.name for f in fields(RequestRecord) if f.type == "float")
 
 
 class RequestSet:
