@@ -78,7 +78,7 @@ class DecodeBatch:
         self._cache: list[tuple[float, int]] = []  # (-cache key, id), stale entries skipped
         self.running: dict[int, RequestRecord] = {}  # requests in the batch, by id
         self._last_run = -1  # the index of its last decode run in the log (-1: none yet)
-        self._step_s: dict[tuple[int, int], float] = {}  # occupied cost, by (slots, cache)
+        self._last_step = ((-1, -1), 0.0)  # occupied cost: the last (slots, cache) and time
         self.stretch: Stretch | None = None
 
     def reserve(self) -> int:
@@ -213,10 +213,9 @@ class DecodeBatch:
         longest = -self._cache[0][0] + (steps + 1) * shape.tokens_per_step
         cache_len = min(shape.cache_len, math.ceil(longest - 1e-9))
         key = (self.active, cache_len)
-        known = self._step_s.get(key)
-        if known is None:
-            known = self._step_s[key] = self.times.decode_step_s(self.active, cache_len)
-        return known
+        if key != self._last_step[0]:  # a cache at its cap repeats the same step
+            self._last_step = (key, self.times.decode_step_s(self.active, cache_len))
+        return self._last_step[1]
 
 
 def poke_all(batches: Sequence[DecodeBatch]) -> None:

@@ -47,7 +47,7 @@ flight are evicted until it fits, then its weight shard is loaded from DDR
 (`ModelGraphs.load_s`), during which the node runs nothing else. A model in flight is never
 evicted (its caches are in HBM), so when a waiting model can only fit by evicting some, those
 stop admitting prompts and drain first (the waiting model whose oldest prompt came first goes
-first). Each switch is a `SwitchRun`.
+first, until it is switched in or another node takes its prompts). Each switch is a `SwitchRun`.
 
 **Speed.** A run of decode steps during which nothing changes takes one event
 (`rdusim.serving.batch`): the batch and its step time change only when a request joins or

@@ -115,8 +115,8 @@ class ModelTurns:
         """The models that stop admitting prompts so that the longest-waiting model that cannot
         be switched in yet will fit once they drain. The choice holds until that model is
         switched in (victims chosen afresh at every decision would take turns draining, and
-        none would empty)."""
-        if self.claim >= 0 and not self.resident[self.claim]:
+        none would empty), or until no prompt of it waits (another node took them)."""
+        if self.claim >= 0 and not self.resident[self.claim] and self.queues[self.claim]:
             return
         self.claim = -1
         queues = self.queues
