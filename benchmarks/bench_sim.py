@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rdusim.api import run_mapping
+from rdusim.api import clear_caches, run_mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 PREFILL = ROOT / "mappings" / "r1_prefill.yaml"
@@ -76,6 +76,7 @@ def interval_costs(repeat: int) -> list[tuple[str, float, float]]:
         for uncertainty in (False, True):
             samples = []
             for _ in range(repeat):
+                clear_caches()  # each run cold, as a fresh `rdusim map` is
                 t0 = time.process_time()
                 run_mapping(path, overrides, uncertainty=uncertainty)
                 samples.append(time.process_time() - t0)
@@ -105,6 +106,7 @@ def bench(path: Path, overrides: list[str], repeat: int) -> tuple[list[float], d
     times = []
     report: dict[str, Any] = {}
     for _ in range(repeat):
+        clear_caches()  # each run cold, as a fresh `rdusim map` is
         t0 = time.perf_counter()
         report = run_mapping(path, overrides).report
         times.append(time.perf_counter() - t0)

@@ -27,7 +27,6 @@ from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Program
 from rdusim.errors import SpecError, SpecErrors, SpecTypeError
 from rdusim.report.schema import build_report
-from rdusim.search.mapper import AutoMapping, SearchOptions, auto_map
 from rdusim.sim.model import SimResult, simulate
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import ResolvedMapping, load_mapping
@@ -35,6 +34,7 @@ from rdusim.spec.mapping import ResolvedMapping, load_mapping
 if TYPE_CHECKING:
     from rdusim.mapping_api import Mapping
     from rdusim.report.typed import Report
+    from rdusim.search.mapper import AutoMapping, SearchOptions
 
 
 @dataclass
@@ -44,6 +44,22 @@ class MapRun:
     result: SimResult | None
     report: dict[str, Any]
     auto: AutoMapping | None = None  # the search behind `kernels: auto`
+
+
+def clear_caches() -> None:
+    """Forget what runs in this process keep for later ones (kernel timings, ensemble prices,
+    greedy auto-mappings, expert shares): the next run starts as a fresh process does. Every
+    kept result is a pure function of its key, so this changes no answer, only the time; the
+    benchmarks call it to time cold runs."""
+    from rdusim.compiler.compile import clear_greedy
+    from rdusim.compiler.experts import expert_share
+    from rdusim.sim.model import clear_timings
+    from rdusim.uncertainty.pricing import clear_prices
+
+    clear_timings()
+    clear_prices()
+    clear_greedy()
+    expert_share.cache_clear()
 
 
 def calibration_summary(rm: ResolvedMapping) -> dict[str, Any]:
@@ -292,6 +308,8 @@ def run_resolved(
         rm = replace(rm, hardware=hardware)
     auto: AutoMapping | None = None
     if rm.spec.kernels == "auto":
+        from rdusim.search.mapper import auto_map  # the search loads only when asked for
+
         auto = auto_map(rm, search, progress=progress)
         rm = auto.mapping
     used: dict[int, float] = {}  # HBM bytes per socket of each batch compiled on the way

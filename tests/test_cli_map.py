@@ -587,6 +587,28 @@ def test_a_copied_shipped_mapping_runs(run_cli, mappings_dir, tmp_path, monkeypa
     assert json.loads(copied)["total_latency_s"] == json.loads(shipped)["total_latency_s"]
 
 
+def _shipped_mappings() -> list[str]:
+    from rdusim.spec.catalog import shipped_mappings
+
+    return sorted(shipped_mappings())
+
+
+@pytest.mark.parametrize("name", _shipped_mappings())
+def test_every_shipped_mapping_copied_elsewhere_resolves_as_shipped(tmp_path, monkeypatch, name):
+    """Every shipped mapping, copied into an empty folder, names the same model and hardware
+    as the shipped one (the four above also run to the same report)."""
+    from rdusim.spec.catalog import shipped_mappings
+    from rdusim.spec.mapping import load_mapping
+
+    text = shipped_mappings()[name].read_text(encoding="utf-8")
+    assert "../" not in text
+    (tmp_path / "mine.yaml").write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    copied, shipped = load_mapping(tmp_path / "mine.yaml"), load_mapping(name)
+    assert copied.model == shipped.model and copied.hardware == shipped.hardware
+    assert copied.spec.model_dump() == shipped.spec.model_dump()
+
+
 TINY_SRAM = ["--set", "hardware.socket.pmu_bytes=2e3", "--set", "hardware.socket.sram_bytes=2.08e6"]
 
 

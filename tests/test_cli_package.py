@@ -72,6 +72,13 @@ def test_every_command_module_registers_its_commands() -> None:
     }
 
 
+def test_each_command_has_its_own_module() -> None:
+    """`rdusim.cli.commands.X` registers the command `X`, and only it."""
+    for cmd in COMMANDS:
+        module = getattr(cmd, "__name__", "")
+        assert _registered(cmd) == [module.rpartition(".")[2]], module
+
+
 def _registered(command: Command) -> list[str]:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -88,6 +95,40 @@ def test_help_loads_no_heavy_library() -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == [], done.stdout
+
+
+# what `rdusim map` of a written-out mapping must not load: the search, serving, plotting and
+# tables, the parallel executors, scipy (calibration and the search's expert-parallel tails)
+NOT_FOR_MAP = (
+    "networkx",
+    "scipy",
+    "matplotlib",
+    "pandas",
+    "dask",
+    "tqdm",
+    "multiprocessing",
+    "concurrent.futures",
+    "rdusim.search.mapper",
+    "rdusim.serving",
+)
+
+
+def test_map_loads_only_what_it_uses() -> None:
+    """What rdusim itself loads: a module the libraries `map` needs already bring in (some
+    pydantic-core versions import asyncio, and with it concurrent.futures) does not count."""
+    probe = (
+        "import contextlib, io, sys\n"
+        "import numpy, pydantic, ruamel.yaml, simpy\n"
+        "before = set(sys.modules)\n"
+        "from rdusim.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['map', 'r1_prefill']) == 0\n"
+        f"print(*sorted(m for m in {NOT_FOR_MAP!r} if m in sys.modules and m not in before))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
     )
     assert done.stdout.split() == [], done.stdout
 

@@ -166,6 +166,8 @@ def test_too_long_prompts_write_nothing(run_cli, workload: Path, tmp_path: Path)
     ("args", "needles"),
     [
         (["--rate", "0,1"], ["--rate", "'0' is not an arrival rate"]),
+        (["--rate", "-1"], ["--rate", "'-1' is not an arrival rate", "above 0"]),
+        (["--rate=-0.5e1"], ["--rate", "'-0.5e1' is not an arrival rate"]),
         (["--rate", "1_000"], ["--rate", "'1_000' is not a number", "no underscores"]),
         (["--rate", "inf"], ["--rate", "'inf' is not a number"]),
         (["--rate", "nan"], ["--rate", "'nan' is not a number"]),

@@ -45,12 +45,16 @@ def search_messages() -> Callable[[str], None] | None:
 
 
 def status_line() -> Callable[[str], None] | None:
-    """One line on a terminal that each message overwrites; None otherwise."""
+    """One line on a terminal that each message overwrites; None otherwise. A message is cut
+    to the terminal's width less one column: a line that wrapped could not be overwritten."""
     if not stderr_is_tty():
         return None
+    import shutil
+
+    width = max(1, shutil.get_terminal_size((80, 24)).columns - 1)
 
     def show(text: str) -> None:
-        sys.stderr.write("\r\033[K" + text[:150])
+        sys.stderr.write("\r\033[K" + text[:width])
         sys.stderr.flush()
 
     return show

@@ -129,16 +129,18 @@ def _by_work(work: dict[str, float], floor: dict[str, int], total: int) -> dict[
 
 @dataclass(frozen=True)
 class _Demand:
-    """What rate matching needs of a kernel under one hardware: each compute op's work, its
-    share of every PCU, its phase's pace, and the phase's sum of root-works."""
+    """What rate matching needs of a kernel under one hardware, per compute op: its root-work
+    (the square root of its work times its phase's sum of them), its phase's pace, its floor
+    of PCUs and its share of every PCU; and every op's buffer PMUs."""
 
-    least: dict[str, int]
-    work: dict[str, float]
-    shared: dict[str, int]
-    pace: dict[str, float]  # by op: its phase's pace
-    roots: dict[str, float]  # by op: its phase's sum of sqrt(work)
-    buffers: dict[str, int]  # every op's buffer PMUs
+    # each compute op's (name, root-work, pace, floor, share, buffer PMUs)
+    rows: list[tuple[str, float, float, int, int, int]]
+    fixed_pmus: int  # the buffers of the ops without arithmetic
     staging: float
+
+    def least(self) -> dict[str, int]:
+        """The minimum placement."""
+        return {n: least for n, _, _, least, _, _ in self.rows}
 
     def wanted(self, slack: float = 1.0) -> dict[str, int]:
         """PCUs before the PMU limit, at most every PCU shared by work.
@@ -151,17 +153,26 @@ class _Demand:
         hardly slower, and one paced by memory configures, and loads at each call, only the
         units it uses.
         """
-        out = {}
-        for n, w in self.work.items():
-            pace = self.pace[n]
-            need = math.sqrt(w) * self.roots[n] / (pace * slack) if pace > 0 else math.inf
-            out[n] = max(self.least[n], min(self.shared[n], math.ceil(need * (1 - 1e-9))))
-        return out
+        return {
+            n: _pcus(root, pace, least, shared, slack)
+            for n, root, pace, least, shared, _ in self.rows
+        }
 
-    def pmus(self, pcus: dict[str, int]) -> int:
-        return sum(
-            max(b, math.ceil(self.staging * pcus.get(n, 0))) for n, b in self.buffers.items()
-        )
+    def pmus_at(self, slack: float) -> int:
+        """The PMUs of the placement `wanted(slack)`: each op's operand staging or buffers,
+        whichever needs more (ops without arithmetic: their buffers)."""
+        total = self.fixed_pmus
+        ceil, staging = math.ceil, self.staging
+        for _, root, pace, least, shared, b in self.rows:
+            total += max(b, ceil(staging * _pcus(root, pace, least, shared, slack)))
+        return total
+
+
+def _pcus(root: float, pace: float, least: int, shared: int, slack: float) -> int:
+    """An op's PCUs at `slack` (see `_Demand.wanted`); `root` is sqrt(its work) times its
+    phase's sum of root-works."""
+    need = root / (pace * slack) if pace > 0 else math.inf
+    return max(least, min(shared, math.ceil(need * (1 - 1e-9))))
 
 
 def _demand(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -> _Demand:
@@ -175,13 +186,14 @@ def _demand(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -
         k = phase[n]
         pace[k] = max(pace.get(k, 0.0), w / shared[n] if shared[n] else math.inf)
         roots[k] = roots.get(k, 0.0) + math.sqrt(w)
+    buffers = {p.name: buffer_pmus(p, hw) for p in kernel.ops}
+    rows = []
+    for n, w in work.items():
+        k = phase[n]
+        rows.append((n, math.sqrt(w) * roots[k], pace[k], least[n], shared[n], buffers[n]))
     return _Demand(
-        least=least,
-        work=work,
-        shared=shared,
-        pace={n: pace[phase[n]] for n in work},
-        roots={n: roots[phase[n]] for n in work},
-        buffers={p.name: buffer_pmus(p, hw) for p in kernel.ops},
+        rows=rows,
+        fixed_pmus=sum(b for n, b in buffers.items() if n not in work),
         staging=hw.socket.staging_pmus_per_pcu,
     )
 
@@ -189,17 +201,16 @@ def _demand(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -
 def _fit_pmus(demand: _Demand, pmus: int) -> dict[str, int]:
     """The PCUs wanted at the smallest pace slack (1 or more, to 1%) whose staging and buffers
     fit `pmus`; the minimum placement when none does."""
-    wanted = demand.wanted()
-    if demand.pmus(wanted) <= pmus:
-        return wanted
+    if demand.pmus_at(1.0) <= pmus:
+        return demand.wanted()
     lo, hi = 1.0, 2.0
-    while demand.pmus(demand.wanted(hi)) > pmus:
+    while demand.pmus_at(hi) > pmus:
         lo, hi = hi, hi * 2
         if hi > 1e6:
-            return {n: demand.least[n] for n in demand.work}
+            return demand.least()
     while hi / lo > 1.01:
         mid = math.sqrt(lo * hi)
-        lo, hi = (lo, mid) if demand.pmus(demand.wanted(mid)) <= pmus else (mid, hi)
+        lo, hi = (lo, mid) if demand.pmus_at(mid) <= pmus else (mid, hi)
     return demand.wanted(hi)
 
 

@@ -15,6 +15,7 @@ from rdusim.compiler.fusion import FusedKernel, check_overrides, fuse
 from rdusim.compiler.memory import check_sram, plan_memory, plan_sram
 from rdusim.compiler.program import (
     DRAFTER_DEPLOYED_ROLES,
+    Collective,
     DDRPlan,
     ExtraRole,
     HBMPlan,
@@ -23,7 +24,13 @@ from rdusim.compiler.program import (
     OpPlan,
     Program,
 )
-from rdusim.compiler.sharding import LayerInput, ShardContext, shard, sharding_errors
+from rdusim.compiler.sharding import (
+    LayerInput,
+    ShardContext,
+    fused_shardings,
+    sharding_errors,
+    walk,
+)
 from rdusim.compiler.tiers import Placement, part_of, place
 from rdusim.errors import InfeasibleError, SpecError, SpecErrors
 from rdusim.ir.graph import Graph, Phase, Workload
@@ -36,6 +43,7 @@ from rdusim.spec.mapping import (
     MappingSpec,
     ResolvedMapping,
     Sharding,
+    Tiling,
     snapstream_sizes,
 )
 from rdusim.spec.model import ModelSpec
@@ -77,9 +85,7 @@ class CompileContext:
     placement: Placement = field(default_factory=Placement)
 
 
-def _tiles(
-    fk_spec: KernelSpec, ops: list[OpPlan], wl: Workload, ctx: CompileContext
-) -> tuple[int, int]:
+def _tiles(tiling: Tiling, ops: list[OpPlan], wl: Workload, ctx: CompileContext) -> tuple[int, int]:
     """(tiles, tokens per tile) for a kernel: prefill streams token tiles; decode streams its
     ops' HBM bytes in PMU-sized chunks, the largest op setting the count. A prefill kernel whose
     tokens fit one tile (the head, which reads only the last position) is a matrix-vector
@@ -88,7 +94,7 @@ def _tiles(
     chunks = math.ceil(largest / ctx.hw.socket.pmu_bytes)
     if ctx.phase == Phase.DECODE:
         return max(MIN_DECODE_TILES, chunks), wl.tokens
-    tile = fk_spec.tiling.tile_tokens or ctx.tile_tokens
+    tile = tiling.tile_tokens or ctx.tile_tokens
     token_tiles = max(1, math.ceil(wl.tokens / tile))
     if token_tiles == 1:
         return max(1, chunks), wl.tokens
@@ -123,36 +129,86 @@ def build_kernels(
     sees them all, since layouts and traffic at a kernel's edges depend on its neighbours),
     `layer_input` is the layer input's layout when a caller already knows it (`shard`), and
     `part` the placement part whose tier holds the weights (default: `kind`, a layer kind)."""
-    hw = ctx.hw
-    sharded = shard(graph, fused, kind, shard_context(fused, wl, ctx), layer_input)
-    placement = ctx.placement
-    place(sharded.ops.values(), placement.weights_of(part or kind), placement.kv_cache)
+    sctx = shard_context(fused, wl, ctx)
+    sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, layer_input)
+    weights, cache = ctx.placement.weights_of(part or kind), ctx.placement.kv_cache
     kernels: list[Kernel] = []
     for fk in fused:
         if only is not None and fk.spec.name not in only:
             continue
-        ops = [sharded.ops[n] for n in fk.ops]
-        tiles, tile_tokens = _tiles(fk.spec, ops, wl, ctx)
-        k = Kernel(
-            fk.spec.name,
-            ops,
-            tiles=tiles,
-            tile_tokens=min(tile_tokens, wl.tokens),
-            kv_block=fk.spec.tiling.kv_block,
-        )
-        members = set(fk.ops)
-        k.edges = [(a, b) for a, b in graph.dag.edges if a in members and b in members]
-        k.collectives = [c for i, c in enumerate(sharded.collectives) if sharded.host[i] in members]
-        plan_sram(k, graph, wl, hw)
-        if check:
-            check_sram(k, kind, fk.index, hw)
-            check_units(k, kind, fk.index, hw)
-        allocate(k, hw)
-        kernels.append(k)
+        plans = sharded.kernel_plans(fk.ops, sctx.kv_blocks.get(fk.spec.name))
+        collectives = sharded.kernel_collectives(plans)
+        ops = list(plans.values())
+        place(ops, weights, cache)
+        where = KernelPlace(fk.spec.name, fk.index, kind, fk.spec.tiling)
+        kernels.append(assemble_kernel(graph, where, ops, collectives, wl, ctx, check))
     return kernels
 
 
+@dataclass(frozen=True)
+class KernelPlace:
+    """Where a kernel sits in its mapping (name, position in its kind's list, the kind: what
+    its errors name) and its tiling."""
+
+    name: str
+    index: int
+    kind: str
+    tiling: Tiling
+
+
+def assemble_kernel(
+    graph: Graph,
+    where: KernelPlace,
+    ops: list[OpPlan],
+    collectives: list[Collective],
+    wl: Workload,
+    ctx: CompileContext,
+    check: bool = True,
+) -> Kernel:
+    """One kernel from its ops' sharded plans and the collectives it hosts: tiles, SRAM plan,
+    the checks that it fits a socket (`check`), and its PCUs and PMUs."""
+    hw = ctx.hw
+    tiles, tile_tokens = _tiles(where.tiling, ops, wl, ctx)
+    k = Kernel(
+        where.name,
+        ops,
+        tiles=tiles,
+        tile_tokens=min(tile_tokens, wl.tokens),
+        kv_block=where.tiling.kv_block,
+    )
+    members = {p.name for p in ops}
+    k.edges = [(a, b) for a, b in graph.edges() if a in members and b in members]
+    k.collectives = collectives
+    plan_sram(k, graph, wl, hw)
+    if check:
+        check_sram(k, where.kind, where.index, hw)
+        check_units(k, where.kind, where.index, hw)
+    allocate(k, hw)
+    return k
+
+
+# The greedy auto-mapping of a graph (the seed of the search, and every extra graph of every
+# program) at a workload: compiled again and again by capacity searches and the auto-mapper's
+# finalists, so kept by its full input.
+AUTO_CACHE_SIZE = 256
+_auto_specs: dict[tuple[str, str, Workload, CompileContext], list[KernelSpec]] = {}
+
+
+def clear_greedy() -> None:
+    """Forget the kept greedy auto-mappings."""
+    _auto_specs.clear()
+
+
 def _auto(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[KernelSpec]:
+    key = (graph.fingerprint(), kind, wl, ctx)
+    if key not in _auto_specs:
+        if len(_auto_specs) >= AUTO_CACHE_SIZE:
+            _auto_specs.pop(next(iter(_auto_specs)))
+        _auto_specs[key] = _greedy(graph, kind, wl, ctx)
+    return list(_auto_specs[key])
+
+
+def _greedy(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[KernelSpec]:
     sockets = ctx.hw.sockets
 
     def estimate(ops: list[str]) -> float:

@@ -11,7 +11,7 @@ token-slots) sets the pace. Expectations come from `rdusim.compiler.routing`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from rdusim.compiler.routing import (
     RoutingModel,
@@ -60,6 +60,7 @@ class ExpertShare:
     experts_touched: float  # expected distinct experts the whole step touches
 
 
+@lru_cache(maxsize=4096)  # a pure function of its (hashable) arguments, asked once per compile
 def expert_share(
     routing: Routing, experts: int, top_k: int, tokens: float, strategy: str, degree: int
 ) -> ExpertShare:

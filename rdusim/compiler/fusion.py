@@ -70,7 +70,7 @@ def fuse(
             path=path,
             fix="add them to a kernel's ops (or a pattern that matches them)",
         )
-    for src, dst in graph.dag.edges:
+    for src, dst in graph.edges():
         if owner[src] > owner[dst]:
             path = _where(kind, owner[dst], "ops")
             raise SpecError(

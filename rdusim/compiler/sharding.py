@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rdusim.compiler.collectives import CollectiveKind, Topology, collective_cost
@@ -326,7 +326,6 @@ class _State:
 
     layouts: dict[str, Layout] = field(default_factory=dict)
     degrees: dict[str, int] = field(default_factory=dict)  # sockets a split/partial tensor spans
-    plans: dict[str, OpPlan] = field(default_factory=dict)
     colls: list[Collective] = field(default_factory=list)
     host: dict[int, str] = field(default_factory=dict)
     converted: dict[tuple[str, Layout], int] = field(default_factory=dict)
@@ -368,33 +367,6 @@ def _convert_inputs(
         st.host[len(st.colls) - 1] = src if src is not None else op.name
 
 
-def _input_traffic(
-    graph: Graph,
-    op: Op,
-    sh: OpSharding,
-    need: list[Layout],
-    fk: FusedKernel,
-    kernel_of: dict[str, FusedKernel],
-    wl: Workload,
-    prefill: bool,
-) -> tuple[float, float]:
-    """(bytes read from HBM, bytes streamed in from producers inside the kernel)."""
-    env = wl.env()
-    hbm_read = stream_in = 0.0
-    for t, r in zip(op.inputs, need, strict=True):
-        tensor = graph.tensors[t]
-        if tensor.kind == TensorKind.CACHE:
-            continue
-        share = _share(r, sh.degree, split_units(wl, prefill), heads_of(graph, t))
-        size = tensor.nbytes(env) * share
-        src = graph.producer.get(t)
-        if src is not None and kernel_of[src] is fk:
-            stream_in += size
-        else:
-            hbm_read += size
-    return hbm_read, stream_in
-
-
 def kv_input_share(graph: Graph, tensor: str, strategy: str, degree: int, frac: float) -> float:
     """Fraction of an attention K/V input one socket holds: a head split divides tensors with a
     heads axis (at most as many ways as they have heads: GQA's few KV heads are held whole),
@@ -427,35 +399,99 @@ def _flash_reread(
     return kv_in * (reads / nb - 1)
 
 
-def _writes_leave_kernel(
-    graph: Graph, op: Op, fk: FusedKernel, kernel_of: dict[str, FusedKernel]
-) -> bool:
-    """An output goes to HBM when a consumer sits in another kernel, nothing consumes it in the
-    layer (the layer output), or it is a cache."""
-    return (
-        any(kernel_of[c] is not fk for t in op.outputs for c in graph.consumers(t))
-        or any(not graph.consumers(t) for t in op.outputs)
-        or any(graph.tensors[t].kind == TensorKind.CACHE for t in op.outputs)
-    )
+@dataclass
+class OpBase:
+    """An op's plan before kernel boundaries are known: everything the sharding pass decides
+    from the op's sharding and its inputs' layouts alone. Which kernel the op shares with its
+    producers and consumers only moves bytes between HBM and on-chip streams, and the K/V block
+    of its kernel only sets a prefill attention's re-reads (`finish`)."""
+
+    template: OpPlan  # hbm_read, stream_in and hbm_write are the kernel's to fill in
+    reads: tuple[tuple[float, str | None], ...]  # each activation input: bytes, producer
+    cache_read: float
+    read_replaces_inputs: bool  # an explicit read shape stands for the activation reads
+    written: float  # bytes its outputs hold on one socket
+    cache_write_share: float  # of what it writes to HBM, the part that goes into a KV cache
+    consumers: frozenset[str]
+    always_written: bool  # an output is the layer's, or a cache
+    flash: _FlashReread
+
+    def finish(self, inside: Collection[str], kv_block: int | None) -> OpPlan:
+        """The op's plan in a kernel holding the ops `inside`, with K/V block `kv_block`."""
+        hbm_read = stream_in = 0.0
+        for size, src in self.reads:
+            if src is not None and src in inside:
+                stream_in += size
+            else:
+                hbm_read += size
+        if self.read_replaces_inputs:
+            hbm_read = 0.0
+        hbm_read += self.flash.bytes(kv_block)
+        leaves = self.always_written or any(c not in inside for c in self.consumers)
+        plan = OpPlan.__new__(OpPlan)  # a shallow copy (every field is a value), made fast
+        plan.__dict__.update(self.template.__dict__)
+        plan.hbm_read = hbm_read + self.cache_read
+        plan.stream_in = stream_in
+        plan.hbm_write = self.written if leaves else 0.0
+        plan.cache_write = plan.hbm_write * self.cache_write_share
+        return plan
+
+    def key(self) -> str:
+        """Everything `finish` reads, as text: within one layer graph and workload, two ops
+        with equal keys finish to equal plans in any kernel of the same members and K/V block
+        (the auto-mapper compiles such a kernel once for all the sharding plans that share it)."""
+        consumers = sorted(self.consumers)
+        return repr(
+            (
+                self.template,
+                self.reads,
+                self.cache_read,
+                self.read_replaces_inputs,
+                self.written,
+                self.cache_write_share,
+                consumers,
+                self.always_written,
+                self.flash.key(),
+            )
+        )
 
 
-def _plan_op(
-    graph: Graph,
-    op: Op,
-    fk: FusedKernel,
-    kernel_of: dict[str, FusedKernel],
-    kind: str,
-    st: _State,
-    ctx: ShardContext,
-) -> OpPlan:
+@dataclass
+class _FlashReread:
+    """A prefill attention's K/V re-reads, per K/V block (computed once each)."""
+
+    graph: Graph
+    op: Op
+    sh: OpSharding
+    frac: float
+    wl: Workload
+    by_block: dict[int | None, float] = field(default_factory=dict)
+
+    def key(self) -> tuple[object, ...]:
+        """What the re-reads depend on besides the layer graph and workload."""
+        sh = self.sh
+        return (self.op.name, sh.strategy, sh.degree, sh.seq_split, self.frac)
+
+    def bytes(self, kv_block: int | None) -> float:
+        if kv_block not in self.by_block:
+            self.by_block[kv_block] = _flash_reread(
+                self.graph, self.op, self.sh, kv_block, self.frac, self.wl
+            )
+        return self.by_block[kv_block]
+
+
+def _op_base(
+    graph: Graph, op: Op, sh: OpSharding, need: list[Layout], out: Layout, ctx: ShardContext
+) -> OpBase:
     wl = ctx.workload
-    seq_parallel = ctx.prefill
-    sh = small_batch_split(op, resolve_sharding(fk, op.name, kind, ctx.sockets), wl.batch)
-    _check_divisible(op, sh, ctx.sockets)
-    have = [st.layouts.get(t, R) for t in op.inputs]
-    need, out = _required(op, sh, seq_parallel, graph, have)
-    _convert_inputs(graph, op, sh, have, need, st, ctx)
-    hbm_read, stream_in = _input_traffic(graph, op, sh, need, fk, kernel_of, wl, ctx.prefill)
+    env = wl.env()
+    reads = []
+    for t, r in zip(op.inputs, need, strict=True):
+        tensor = graph.tensors[t]
+        if tensor.kind == TensorKind.CACHE:
+            continue
+        share = _share(r, sh.degree, split_units(wl, ctx.prefill), heads_of(graph, t))
+        reads.append((tensor.nbytes(env) * share, graph.producer.get(t)))
     frac = _work_share(op, sh, wl, ctx.prefill)
     flops = costs.flops(op, graph, wl)
     # caches and explicit read shapes (gathers, cache reads) come straight from HBM
@@ -467,33 +503,28 @@ def _plan_op(
             else frac
         )
         cache_read = costs.bytes_read(op, graph, wl) * share
-        if op.traits.read_replaces_inputs:
-            hbm_read = 0.0  # the read shape replaces the whole-tensor reads
-    hbm_read += _flash_reread(graph, op, sh, ctx.kv_blocks.get(fk.spec.name), frac, wl)
-    out_bytes = sum(graph.tensors[t].nbytes(wl.env()) for t in op.outputs)
+    out_bytes = sum(graph.tensors[t].nbytes(env) for t in op.outputs)
     if op.write is not None:
         out_bytes = costs.bytes_written(op, graph, wl)
     out_share = _share(out, sh.degree, split_units(wl, ctx.prefill)) if out != P else 1.0
-    if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not seq_parallel:
+    if sh.strategy == "tp" and op.tp_mode == TPMode.TOKEN and not ctx.prefill:
         out_share = 1.0
-    hbm_write = out_bytes * out_share if _writes_leave_kernel(graph, op, fk, kernel_of) else 0.0
     weight_share = 1.0
     if sh.strategy in ("tp", "ep") and op.weights and op.tp_mode != TPMode.TOKEN:
         weight_share = 1.0 / sh.degree
-    plan = OpPlan(
+    template = OpPlan(
         name=op.name,
         kind=op.kind,
-        cost_class=op.cost_class,
+        cost_class=costs.cost_class_of(op),
         strategy=sh.strategy,
         degree=sh.degree,
         flops=flops * frac,
-        hbm_read=hbm_read + cache_read,
-        hbm_write=hbm_write,
+        hbm_read=0.0,
+        hbm_write=0.0,
         cache_read=cache_read if _reads_cache(graph, op) else 0.0,
         lookup_read=cache_read if _looks_up_weights(op) else 0.0,
-        cache_write=hbm_write * _cache_share_of_outputs(graph, op, wl),
         weight_bytes=op.weight_bytes() * weight_share,
-        stream_in=stream_in,
+        stream_in=0.0,
         stream_out=out_bytes * out_share,
         in_layouts=tuple(need),
         out_layout=out,
@@ -501,15 +532,38 @@ def _plan_op(
         blocking=op.blocking,
         seq_split=sh.seq_split,
     )
-    _apply_expert_routing(plan, op, sh, frac, ctx)
+    _apply_expert_routing(template, op, sh, frac, ctx)
+    return OpBase(
+        template=template,
+        reads=tuple(reads),
+        cache_read=cache_read,
+        read_replaces_inputs=op.read is not None and op.traits.read_replaces_inputs,
+        written=out_bytes * out_share,
+        cache_write_share=_cache_share_of_outputs(graph, op, wl),
+        consumers=frozenset(c for t in op.outputs for c in graph.consumers(t)),
+        always_written=any(not graph.consumers(t) for t in op.outputs)
+        or any(graph.tensors[t].kind == TensorKind.CACHE for t in op.outputs),
+        flash=_FlashReread(graph, op, sh, frac, wl),
+    )
+
+
+def _walk_op(
+    graph: Graph, op: Op, sh: OpSharding, st: _State, ctx: ShardContext
+) -> tuple[list[Layout], Layout]:
+    """Check the op's sharding, bring its inputs to the layouts it needs (collectives) and
+    record the layout of its outputs: (the layouts it needs, the one it makes)."""
+    _check_divisible(op, sh, ctx.sockets)
+    have = [st.layouts.get(t, R) for t in op.inputs]
+    need, out = _required(op, sh, ctx.prefill, graph, have)
+    _convert_inputs(graph, op, sh, have, need, st, ctx)
     for t in op.outputs:
         st.layouts[t] = out
         st.degrees[t] = sh.degree * sh.seq_split
         if sh.strategy == "sp":
             st.partial_groups[t] = (sh.degree, 1.0)
         elif sh.seq_split > 1:
-            st.partial_groups[t] = (sh.seq_split, _share(T, sh.degree, wl.batch))
-    return plan
+            st.partial_groups[t] = (sh.seq_split, _share(T, sh.degree, ctx.workload.batch))
+    return need, out
 
 
 def _reads_cache(graph: Graph, op: Op) -> bool:
@@ -520,7 +574,7 @@ def _reads_cache(graph: Graph, op: Op) -> bool:
 
 def _looks_up_weights(op: Op) -> bool:
     """Whether the op's explicit read shape is rows of its own weights (the embedding table)."""
-    return op.cost_class == CostClass.MEMORY and bool(op.weights) and op.read is not None
+    return costs.cost_class_of(op) == CostClass.MEMORY and bool(op.weights) and op.read is not None
 
 
 def _cache_share_of_outputs(graph: Graph, op: Op, wl: Workload) -> float:
@@ -552,14 +606,20 @@ def _apply_expert_routing(
 
 
 def _correct_converted_writes(
-    graph: Graph, st: _State, kernel_of: dict[str, FusedKernel], wl: Workload, prefill: bool
+    graph: Graph,
+    colls: list[Collective],
+    plans: dict[str, OpPlan],
+    inside: Collection[str],
+    wl: Workload,
+    prefill: bool,
 ) -> None:
     """A collective hosted by its producer's kernel converts the tensor before it leaves the
-    chip, so what the producer writes to HBM is the converted layout's share."""
-    for c in st.colls:
-        if c.src is None or c.src not in st.plans or kernel_of[c.src] is kernel_of[c.dst]:
+    chip, so what the producer writes to HBM is the converted layout's share. `plans` are the
+    ops of one kernel, `inside` their names."""
+    for c in colls:
+        if c.src is None or c.src not in inside or c.dst in inside:
             continue
-        prod = st.plans[c.src]
+        prod = plans[c.src]
         if prod.hbm_write <= 0:
             continue
         nbytes = graph.tensors[c.tensor].nbytes(wl.env())
@@ -567,6 +627,72 @@ def _correct_converted_writes(
         was = 1.0 if prod.out_layout == P else _share(prod.out_layout, prod.degree, units)
         now = _share(_TARGET[c.kind], prod.degree, units)
         prod.hbm_write = max(0.0, prod.hbm_write + nbytes * (now - was))
+
+
+@dataclass
+class LayerWalk:
+    """One layer sharded op by op, before any kernel boundary is known: each op's `OpBase`, the
+    collectives in the order they are inserted and the op hosting each, the tensors' layouts.
+    Layouts and collectives depend on the ops' shardings alone, never on fusion, so one walk
+    serves every fusion of the layer under the same shardings (`kernel_plans`)."""
+
+    graph: Graph
+    ops: dict[str, OpBase]
+    collectives: list[Collective]
+    host: dict[int, str]  # collective index -> op whose kernel hosts it
+    layouts: dict[str, Layout]
+    layer_input: LayerInput
+    workload: Workload
+    prefill: bool
+
+    def kernel_plans(self, ops: Sequence[str], kv_block: int | None) -> dict[str, OpPlan]:
+        """The plans of the ops of one kernel (fresh objects: later passes fill them in)."""
+        inside = frozenset(ops)
+        plans = {n: self.ops[n].finish(inside, kv_block) for n in ops}
+        _correct_converted_writes(
+            self.graph, self.collectives, plans, inside, self.workload, self.prefill
+        )
+        return plans
+
+    def kernel_collectives(self, ops: Collection[str]) -> list[Collective]:
+        """The collectives a kernel of `ops` hosts."""
+        return [c for i, c in enumerate(self.collectives) if self.host[i] in ops]
+
+
+def walk(
+    graph: Graph,
+    sharding_of: Callable[[Op], OpSharding],
+    ctx: ShardContext,
+    layer_input: LayerInput | None = None,
+) -> LayerWalk:
+    """Shard every op of a layer under `sharding_of` (see `shard`)."""
+    layer_in = graph.graph_inputs()
+    if layer_input is None:
+        st = _State(layouts=dict.fromkeys(layer_in, R))
+        passes = 2
+    else:
+        st = _State(layouts=dict(layer_input.layouts), degrees=dict(layer_input.degrees))
+        passes = 1
+    start = LayerInput({}, {})
+    bases: dict[str, OpBase] = {}
+    for pass_ in range(passes, 0, -1):
+        start = LayerInput(
+            {t: st.layouts.get(t, R) for t in layer_in},
+            {t: st.degrees.get(t, 1) for t in layer_in},
+        )
+        st = _State(layouts=dict(start.layouts), degrees=dict(start.degrees))
+        for op in graph:
+            sh = sharding_of(op)
+            need, out = _walk_op(graph, op, sh, st, ctx)
+            if pass_ == 1:  # the first of two passes only finds the layer input's layout
+                bases[op.name] = _op_base(graph, op, sh, need, out, ctx)
+        outs = [t for t in graph.graph_outputs() if graph.tensors[t].kind != TensorKind.CACHE]
+        final = st.layouts.get(outs[0], R) if outs else R
+        for t in layer_in:
+            if graph.tensors[t].kind != TensorKind.CACHE:
+                st.layouts[t] = final
+                st.degrees[t] = st.degrees.get(outs[0], 1) if outs else 1
+    return LayerWalk(graph, bases, st.colls, st.host, st.layouts, start, ctx.workload, ctx.prefill)
 
 
 def sharding_errors(
@@ -588,6 +714,19 @@ def sharding_errors(
     return list(found.values())
 
 
+def fused_shardings(
+    fused: list[FusedKernel], kind: str, ctx: ShardContext
+) -> Callable[[Op], OpSharding]:
+    """Each op's sharding as the fused kernels set it (overrides, `all`, a batch too small)."""
+    kernel_of = {n: fk for fk in fused for n in fk.ops}
+
+    def sharding_of(op: Op) -> OpSharding:
+        sh = resolve_sharding(kernel_of[op.name], op.name, kind, ctx.sockets)
+        return small_batch_split(op, sh, ctx.workload.batch)
+
+    return sharding_of
+
+
 def shard(
     graph: Graph,
     fused: list[FusedKernel],
@@ -600,30 +739,12 @@ def shard(
     Two passes: the layer's input arrives in the layout the previous layer (the same graph)
     leaves its output in, which is known only after one pass. Layouts do not depend on where
     kernel boundaries fall, so a caller compiling many fusions of one layer under the same
-    shardings may pass the `layer_input` an earlier result found and skip the first pass.
+    shardings may pass the `layer_input` an earlier result found and skip the first pass (or
+    keep the `walk` itself and ask it for each kernel's plans).
     """
-    kernel_of = {n: fk for fk in fused for n in fk.ops}
-    layer_in = graph.graph_inputs()
-    if layer_input is None:
-        st = _State(layouts=dict.fromkeys(layer_in, R))
-        passes = 2
-    else:
-        st = _State(layouts=dict(layer_input.layouts), degrees=dict(layer_input.degrees))
-        passes = 1
-    start = LayerInput({}, {})
-    for _pass in range(passes):
-        start = LayerInput(
-            {t: st.layouts.get(t, R) for t in layer_in},
-            {t: st.degrees.get(t, 1) for t in layer_in},
-        )
-        st = _State(layouts=dict(start.layouts), degrees=dict(start.degrees))
-        for op in graph:
-            st.plans[op.name] = _plan_op(graph, op, kernel_of[op.name], kernel_of, kind, st, ctx)
-        _correct_converted_writes(graph, st, kernel_of, ctx.workload, ctx.prefill)
-        outs = [t for t in graph.graph_outputs() if graph.tensors[t].kind != TensorKind.CACHE]
-        final = st.layouts.get(outs[0], R) if outs else R
-        for t in layer_in:
-            if graph.tensors[t].kind != TensorKind.CACHE:
-                st.layouts[t] = final
-                st.degrees[t] = st.degrees.get(outs[0], 1) if outs else 1
-    return ShardedLayer(st.plans, st.colls, st.host, st.layouts, start)
+    w = walk(graph, fused_shardings(fused, kind, ctx), ctx, layer_input)
+    plans: dict[str, OpPlan] = {}
+    for fk in fused:
+        plans |= w.kernel_plans(fk.ops, ctx.kv_blocks.get(fk.spec.name))
+    ordered = {op.name: plans[op.name] for op in graph}
+    return ShardedLayer(ordered, w.collectives, w.host, w.layouts, w.layer_input)

@@ -1,4 +1,4 @@
-"""The graph IR: tensors with symbolic shapes, ops with cost formulas, a DAG on networkx.
+"""The graph IR: tensors with symbolic shapes, ops with cost formulas, and the DAG they form.
 
 Shapes use three symbols so one graph serves every workload of its phase:
 `B` the batch, `S` the query tokens of each sequence in this step (the prompt in prefill, 1 in
@@ -9,11 +9,11 @@ compiler's business.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from rdusim.ir.attrs import (
     ATTRS_OF,
@@ -29,6 +29,9 @@ from rdusim.ir.attrs import (
     routed_experts,
     traits_of,
 )
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 class Phase(StrEnum):
@@ -160,12 +163,6 @@ class Op:
             )
 
     @property
-    def cost_class(self) -> CostClass:
-        from rdusim.ir.ops import cost_class_of
-
-        return cost_class_of(self)
-
-    @property
     def traits(self) -> KindTraits:
         """What its kind implies for the compiler (`rdusim.ir.attrs.TRAITS`)."""
         return traits_of(self.kind)
@@ -204,17 +201,20 @@ class Graph:
         self.name = name
         self.tensors: dict[str, Tensor] = {}
         self.ops: dict[str, Op] = {}
-        self.dag: nx.DiGraph = nx.DiGraph()
+        # producer -> consumer -> the tensor between them (the last one added, when several)
+        self._succ: dict[str, dict[str, str]] = {}
         self.producer: dict[str, str] = {}
         # answers to queries the passes ask once per op, cleared whenever an op is added
         self._order: list[str] | None = None
         self._consumers: dict[str, list[str]] | None = None
+        self._fingerprint: str | None = None
 
     # building -----------------------------------------------------------------------------
     def tensor(self, t: Tensor) -> Tensor:
         if t.name in self.tensors and self.tensors[t.name] != t:
             raise ValueError(f"tensor {t.name} defined twice with different shapes")
         self.tensors[t.name] = t
+        self._fingerprint = None
         return t
 
     def add(self, op: Op) -> Op:
@@ -224,8 +224,8 @@ class Graph:
             if name not in self.tensors:
                 raise ValueError(f"op {op.name} uses undeclared tensor {name}")
         self.ops[op.name] = op
-        self._order = self._consumers = None
-        self.dag.add_node(op.name)
+        self._order = self._consumers = self._fingerprint = None
+        self._succ[op.name] = {}
         for out in op.outputs:
             if out in self.producer:
                 raise ValueError(
@@ -235,16 +235,64 @@ class Graph:
         for inp in op.inputs:
             src = self.producer.get(inp)
             if src is not None:
-                self.dag.add_edge(src, op.name, tensor=inp)
+                self._succ[src][op.name] = inp
         return op
 
     # queries ------------------------------------------------------------------------------
     def order(self) -> list[str]:
         """Op names in a deterministic topological order (build order breaks ties)."""
         if self._order is None:
-            index = {name: i for i, name in enumerate(self.ops)}
-            self._order = list(nx.lexicographical_topological_sort(self.dag, key=index.__getitem__))
+            self._order = self._topological_order()
         return list(self._order)
+
+    def _topological_order(self) -> list[str]:
+        """Kahn's algorithm taking, of the ops ready to run, the one built first: the unique
+        topological order that is smallest in build order."""
+        index = {name: i for i, name in enumerate(self.ops)}
+        waiting = dict.fromkeys(self.ops, 0)
+        for dsts in self._succ.values():
+            for dst in dsts:
+                waiting[dst] += 1
+        ready = [index[n] for n, w in waiting.items() if w == 0]
+        heapq.heapify(ready)
+        names = list(self.ops)
+        order = []
+        while ready:
+            name = names[heapq.heappop(ready)]
+            order.append(name)
+            for dst in self._succ[name]:
+                waiting[dst] -= 1
+                if waiting[dst] == 0:
+                    heapq.heappush(ready, index[dst])
+        if len(order) != len(names):
+            raise ValueError(f"graph {self.name} has a cycle")
+        return order
+
+    def fingerprint(self) -> str:
+        """The graph's whole content as text (name, every op and tensor with all their fields):
+        equal fingerprints are equal graphs, whichever objects hold them (caches key on it)."""
+        if self._fingerprint is None:
+            self._fingerprint = repr(
+                (self.name, list(self.ops.values()), list(self.tensors.values()))
+            )
+        return self._fingerprint
+
+    def edges(self) -> list[tuple[str, str]]:
+        """(producer, consumer) op pairs, by producer in build order, then consumer."""
+        return [(src, dst) for src, dsts in self._succ.items() for dst in dsts]
+
+    @property
+    def dag(self) -> nx.DiGraph:
+        """The graph as a networkx DiGraph (node: op name; edge attribute `tensor`), for
+        analyses beyond the passes' own queries; networkx loads only when this is asked for."""
+        import networkx as nx
+
+        g = nx.DiGraph()
+        g.add_nodes_from(self.ops)
+        for src, dsts in self._succ.items():
+            for dst, tensor in dsts.items():
+                g.add_edge(src, dst, tensor=tensor)
+        return g
 
     def __iter__(self) -> Iterator[Op]:
         return (self.ops[n] for n in self.order())

@@ -190,7 +190,7 @@ def op_table(graph: Graph, wl: Workload) -> list[dict[str, float | str]]:
             {
                 "op": op.name,
                 "kind": op.kind.value,
-                "class": op.cost_class.value,
+                "class": cost_class_of(op).value,
                 "flops": flops(op, graph, wl),
                 "bytes_read": bytes_read(op, graph, wl),
                 "bytes_written": bytes_written(op, graph, wl),

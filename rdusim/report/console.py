@@ -6,6 +6,7 @@ characters. Long cells wrap onto continuation lines rather than push a row past 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -62,13 +63,24 @@ def _time_unit(value: float) -> tuple[float, str]:
     return 1e6, "us"
 
 
+def sig3(value: float) -> str:
+    """`value` to three significant digits and never with an exponent: 0.0123, 5.61, 102,
+    1060 (where '{:.3g}' would print 1.06e+03)."""
+    text = f"{value:.3g}"
+    if "e" not in text or not math.isfinite(value):
+        return text
+    rounded = float(text)
+    return f"{rounded:.{max(0, 2 - math.floor(math.log10(abs(rounded))))}f}"
+
+
 def seconds_with(value: float | None, interval: dict[str, float] | None) -> str:
-    """'8.727 s (7.91–9.93)': a time and its 90% interval in the time's unit."""
+    """'8.727 s (7.91–9.93)': a time and its 90% interval in the time's unit (an end past
+    1000 of that unit stays a plain number: '937.229 ms (840–1060)')."""
     text = seconds(value)
     if value is None or not interval:
         return text
     scale, _ = _time_unit(value)
-    return f"{text} ({interval['p05'] * scale:.3g}–{interval['p95'] * scale:.3g})"
+    return f"{text} ({sig3(interval['p05'] * scale)}–{sig3(interval['p95'] * scale)})"
 
 
 def number_with(value: float | None, interval: dict[str, float] | None, fmt: str = ".0f") -> str:

@@ -289,14 +289,21 @@ def _label(v: Any) -> str:
 
 
 def sweep_figure(
-    rows: Sequence[Mapping[str, Any]], x: str, y: str, group_keys: Sequence[str], title: str = ""
+    rows: Sequence[Mapping[str, Any]],
+    x: str,
+    y: str,
+    group_keys: Sequence[str],
+    title: str = "",
+    published: Sequence[tuple[int, float]] = (),
 ) -> Figure:
     """`y` against `x`, one line per combination of the `group_keys` values.
 
     Rows whose `status` is not `ok` (infeasible sweep points) are skipped, and the title says how
     many, so a gap in a line is explained on the figure itself. Axes say what they show in words
     and units (a time in s, ms or µs as suits it; sequence lengths as 32K, 64K, 128K), and a
-    line told apart by SnapStream keeps its colour (on orange, off grey).
+    line told apart by SnapStream keeps its colour (on orange, off grey). `published` are
+    (row index, value) pairs: a published figure at that row's point, drawn as a hollow marker
+    in its line's colour, so the model is read against the measurement.
     """
     from rdusim.report.axes import (
         axis_label,
@@ -323,12 +330,14 @@ def sweep_figure(
     )
     seconds = is_seconds(y)
     scale, unit = time_unit(py for pts in lines.values() for _, py in pts) if seconds else (1, "")
+    colors: dict[tuple[Any, ...], str] = {}
     for i, (combo, pts) in enumerate(lines.items()):
         label = ", ".join(f"{k}={_label(v)}" for k, v in zip(group_keys, combo, strict=True))
+        colors[combo] = series_color(label, i)
         style: dict[str, Any] = {
             "marker": "o",
             "label": label or y,
-            "color": series_color(label, i),
+            "color": colors[combo],
         }
         if numeric:
             pts = sorted(pts)
@@ -347,11 +356,12 @@ def sweep_figure(
         ax.set_xticks(ticks, [tokens_label(t) for t in ticks])
     elif numeric:
         plain_ticks(ax, "x")
+    _published_markers(ax, rows, x, group_keys, published, colors, scale, numeric)
     ax.set_xlabel(axis_label(x))
     ax.set_ylabel(axis_label(y, unit if seconds else None))
     ax.yaxis.set_major_formatter(lambda v, _pos: f"{v:,.6g}")
     ax.grid(alpha=0.3)
-    if group_keys:
+    if group_keys or published:
         ax.legend(fontsize=9)
     title = title or f"{axis_label(y)} vs {axis_label(x)}"
     if skipped:
@@ -360,6 +370,33 @@ def sweep_figure(
     if not lines:
         ax.text(0.5, 0.5, "no values to plot", transform=ax.transAxes, ha="center")
     return fig
+
+
+def _published_markers(
+    ax: Any,
+    rows: Sequence[Mapping[str, Any]],
+    x: str,
+    group_keys: Sequence[str],
+    published: Sequence[tuple[int, float]],
+    colors: Mapping[tuple[Any, ...], str],
+    scale: float,
+    numeric: bool,
+) -> None:
+    """Each published figure at its row's x, hollow, in its line's colour; one legend entry."""
+    hollow: dict[str, Any] = {
+        "linestyle": "none",
+        "marker": "D",
+        "markersize": 9,
+        "markerfacecolor": "none",
+        "markeredgewidth": 1.6,
+    }
+    for i, value in published:
+        row = rows[i]
+        combo = tuple(row.get(k) for k in group_keys)
+        px = row[x] if numeric else _label(row[x])
+        ax.plot([px], [value * scale], color=colors.get(combo, "black"), **hollow)
+    if published:
+        ax.plot([], [], color="black", label="published figure", **hollow)
 
 
 def front_figure(

@@ -18,6 +18,7 @@ from rdusim.report.console import (
     seconds,
     seconds_with,
     si,
+    sig3,
     table,
     terminal_width,
     wrap_text,
@@ -68,7 +69,7 @@ def _bare(v: float | None, unit: str) -> str:
         return f"{v:.2f}"
     if unit in ("tokens/s",):
         return f"{v:,.0f}"
-    return f"{v:.3g}"
+    return sig3(v)
 
 
 def _interval(c: Cell) -> str:

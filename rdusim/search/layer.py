@@ -14,7 +14,15 @@ from rdusim.compiler.program import Kernel
 from rdusim.ir.graph import Graph, Workload
 from rdusim.search.boundaries import Cut, best_cuts
 from rdusim.search.costing import KernelCost
-from rdusim.search.segments import Candidate, CandidateBuilder, Limit, Refusal, kernel_spec
+from rdusim.search.segments import (
+    Candidate,
+    CandidateBuilder,
+    CandidateKey,
+    KernelPool,
+    Limit,
+    Refusal,
+    kernel_spec,
+)
 from rdusim.search.space import ShardingPlan, plans_for
 from rdusim.spec.mapping import KernelSpec, Orchestration, Tiling
 
@@ -90,11 +98,13 @@ class LayerSearch:
     _costs: dict[tuple[ShardingPlan, int, int], tuple[float, int | None]] = field(
         default_factory=dict
     )
+    _seconds: dict[CandidateKey, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        pool = KernelPool(self.graph, self.workload, self.ctx)
         for plan in plans_for(self.graph, self.ctx.phase, self.ctx.hw.sockets):
             self.builders[plan] = CandidateBuilder(
-                self.graph, self.kind, plan, self.workload, self.ctx
+                self.graph, self.kind, plan, self.workload, self.ctx, pool
             )
 
     @property
@@ -109,6 +119,14 @@ class LayerSearch:
 
     def kernel_s(self, kernel: Kernel, looped: int = 1) -> float:
         return self.cost(kernel, self.ctx.hw, self.orchestration, looped)
+
+    def candidate_s(self, c: Candidate) -> float:
+        """`kernel_s` of a candidate, once per distinct candidate kernel."""
+        if c.key is None:
+            return self.kernel_s(c.kernel)
+        if c.key not in self._seconds:
+            self._seconds[c.key] = self.kernel_s(c.kernel)
+        return self._seconds[c.key]
 
     def best_kernel(
         self, plan: ShardingPlan, start: int, end: int, sram_cap: float = math.inf
@@ -130,7 +148,7 @@ class LayerSearch:
                     f"needs {c.kernel.sram_bytes / 1e6:.0f} MB, over a cap of {sram_cap / 1e6:.0f}",
                 )
                 continue
-            return c, self.kernel_s(c.kernel)
+            return c, self.candidate_s(c)
         assert first is not None
         return first, math.inf
 
@@ -178,7 +196,7 @@ class LayerSearch:
             c = self.builders[plan].build(start, end, kv)
             if not isinstance(c, Candidate) or c.kernel.sram_bytes >= best.kernel.sram_bytes:
                 continue
-            s = self.kernel_s(c.kernel)
+            s = self.candidate_s(c)
             if s <= best_s * (1 + FRONT_GAIN):
                 return c, s
         return best, best_s

@@ -18,14 +18,16 @@ from enum import StrEnum
 from rdusim.compiler.allocate import unit_overflow
 from rdusim.compiler.compile import (
     CompileContext,
-    build_kernels,
+    KernelPlace,
+    assemble_kernel,
     compile_context,
     layer_workload,
     shard_context,
 )
 from rdusim.compiler.fusion import FusedKernel
 from rdusim.compiler.program import Kernel
-from rdusim.compiler.sharding import LayerInput, shard
+from rdusim.compiler.sharding import LayerWalk, fused_shardings, walk
+from rdusim.compiler.tiers import place
 from rdusim.errors import InfeasibleError, SpecError
 from rdusim.ir.graph import Graph, Phase, Workload
 from rdusim.ir.model import build_model
@@ -44,6 +46,10 @@ class Limit(StrEnum):
     SHARDING = "sharding"  # the plan's sharding does not divide one of the ops
 
 
+# a candidate's content: (start, end, K/V block, its ops' interned plans, their collectives')
+CandidateKey = tuple[int, int, int | None, tuple[int, ...], tuple[int, ...]]
+
+
 @dataclass(frozen=True)
 class Refusal:
     limit: Limit
@@ -58,6 +64,7 @@ class Candidate:
     end: int
     kv_block: int | None
     kernel: Kernel
+    key: CandidateKey | None = None  # its content in its layer's `KernelPool`
 
 
 def kernel_spec(
@@ -75,8 +82,37 @@ def kernel_spec(
     )
 
 
+class KernelPool:
+    """The candidate kernels of one layer graph and workload, shared by the builders of its
+    sharding plans: a run of ops whose sharded plans (`OpBase.key`) and hosted collectives are
+    the same under two plans is the same kernel, compiled once. Content is interned as small
+    ints, so a candidate's key is (start, end, K/V block, its ops' ids, their collectives' ids)."""
+
+    def __init__(self, graph: Graph, workload: Workload, ctx: CompileContext) -> None:
+        self.graph = graph
+        self.workload = workload
+        self.ctx = ctx
+        self.compiled = 0  # kernels actually compiled (the rest were shared)
+        self._ids: dict[str, int] = {}
+        self._results: dict[CandidateKey, Candidate | Refusal] = {}
+
+    def intern(self, content: str) -> int:
+        return self._ids.setdefault(content, len(self._ids))
+
+    def get(self, key: CandidateKey) -> Candidate | Refusal | None:
+        return self._results.get(key)
+
+    def put(self, key: CandidateKey, result: Candidate | Refusal) -> None:
+        self.compiled += 1
+        self._results[key] = result
+
+
 class CandidateBuilder:
-    """Compiles candidate kernels of one layer under one sharding plan, each once."""
+    """Compiles candidate kernels of one layer under one sharding plan, each once.
+
+    The sharding pass walks the layer once per plan (`rdusim.compiler.sharding.walk`: layouts
+    and collectives do not depend on fusion); a candidate then only finishes its own ops' plans
+    and is assembled as the compiler assembles any kernel."""
 
     def __init__(
         self,
@@ -85,6 +121,7 @@ class CandidateBuilder:
         plan: ShardingPlan,
         workload: Workload,
         ctx: CompileContext,
+        pool: KernelPool | None = None,
     ) -> None:
         self.graph = graph
         self.kind = kind
@@ -93,17 +130,27 @@ class CandidateBuilder:
         self.ctx = ctx
         self.order = graph.order()
         self.shardings = plan.shardings(graph, ctx.hw.sockets)
-        self.built = 0  # candidates compiled, for the report
+        self.built = 0  # candidates compiled (or shared with another plan's), for the report
         self._cache: dict[tuple[int, int, int | None], Candidate | Refusal] = {}
-        self._singles = {name: kernel_spec(name, [name], self.shardings) for name in self.order}
-        self._layer_input: LayerInput | None = None
+        self._places: dict[int | None, KernelPlace] = {}
+        singles = [kernel_spec(name, [name], self.shardings) for name in self.order]
+        fused = [FusedKernel(spec, 0, (spec.name,)) for spec in singles]
+        sctx = shard_context(fused, workload, ctx)
+        self._walk: LayerWalk | SpecError
         try:
-            fused = [FusedKernel(self._singles[n], i, (n,)) for i, n in enumerate(self.order)]
-            self._layer_input = shard(
-                graph, fused, kind, shard_context(fused, workload, ctx)
-            ).layer_input
-        except SpecError:
-            pass  # the plan does not divide some op: every candidate will say which
+            self._walk = walk(graph, fused_shardings(fused, kind, sctx), sctx)
+        except SpecError as exc:
+            self._walk = exc  # the plan does not divide some op: every candidate says which
+        self._pool = pool or KernelPool(graph, workload, ctx)
+        if (self._pool.graph, self._pool.workload, self._pool.ctx) != (graph, workload, ctx):
+            raise ValueError("a kernel pool serves the builders of one layer graph and workload")
+        self._op_ids: list[int] = []
+        self._coll_ids: list[int] = []
+        if isinstance(self._walk, LayerWalk):
+            w = self._walk
+            self._op_ids = [self._pool.intern(w.ops[n].key()) for n in self.order]
+            hosted = {n: repr(w.kernel_collectives({n})) for n in self.order}
+            self._coll_ids = [self._pool.intern(hosted[n]) for n in self.order]
 
     def kv_blocks(self, start: int, end: int) -> tuple[int | None, ...]:
         """K/V blocks to try for ops[start:end], largest first (None: the whole cache)."""
@@ -118,20 +165,40 @@ class CandidateBuilder:
 
     def _build(self, start: int, end: int, kv_block: int | None) -> Candidate | Refusal:
         self.built += 1
+        if isinstance(self._walk, SpecError):
+            return Refusal(Limit.SHARDING, self._walk.problem)
+        key = (
+            start,
+            end,
+            kv_block,
+            tuple(self._op_ids[start:end]),
+            tuple(self._coll_ids[start:end]),
+        )
+        found = self._pool.get(key)
+        if found is None:
+            found = self._compile(self._walk, key)
+            self._pool.put(key, found)
+        return found
+
+    def _compile(self, w: LayerWalk, key: CandidateKey) -> Candidate | Refusal:
+        start, end, kv_block = key[:3]
         ops = self.order[start:end]
-        spec = kernel_spec(CANDIDATE, ops, self.shardings, Tiling(kv_block=kv_block))
-        fused = [FusedKernel(self._singles[n], 0, (n,)) for n in self.order[:start]]
-        fused.append(FusedKernel(spec, 0, tuple(ops)))
-        fused += [FusedKernel(self._singles[n], 0, (n,)) for n in self.order[end:]]
+        plans = w.kernel_plans(ops, kv_block)
+        placement = self.ctx.placement  # the layer kind's weights' tier, the cache's
+        place(plans.values(), placement.weights_of(self.kind), placement.kv_cache)
+        where = self._places.get(kv_block)
+        if where is None:
+            where = self._places[kv_block] = KernelPlace(
+                CANDIDATE, 0, self.kind, Tiling(kv_block=kv_block)
+            )
         try:
-            (kernel,) = build_kernels(
+            kernel = assemble_kernel(
                 self.graph,
-                fused,
-                self.kind,
+                where,
+                list(plans.values()),
+                w.kernel_collectives(plans),
                 self.workload,
                 self.ctx,
-                only={CANDIDATE},
-                layer_input=self._layer_input,
             )
         except InfeasibleError as exc:
             return Refusal(Limit.SRAM, exc.problem)
@@ -140,7 +207,7 @@ class CandidateBuilder:
         over = unit_overflow(kernel, self.ctx.hw)
         if over is not None:
             return Refusal(Limit(over[0]), over[1])
-        return Candidate(start, end, kv_block, kernel)
+        return Candidate(start, end, kv_block, kernel, key)
 
 
 def every_candidate(rm: ResolvedMapping, kind: str, batch: int) -> Iterator[Kernel]:

@@ -22,6 +22,7 @@ decode mapping alone).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,9 +56,13 @@ def template(phase: str) -> str:
 
 
 def served_models(
-    workload: ResolvedWorkload, prefill: str | None, decode: str | None
+    workload: ResolvedWorkload,
+    prefill: str | None,
+    decode: str | None,
+    overrides: Sequence[str] = (),
 ) -> list[ServedModel]:
-    """The models `workload` serves: its `models:`, or the one on `--prefill`/`--decode`."""
+    """The models `workload` serves: its `models:`, or the one on `--prefill`/`--decode`
+    (`overrides`: the run's `--set`s, which a default mapping's head split must see)."""
     classes = workload.spec.models
     if classes is None:
         if prefill is None or decode is None:
@@ -76,10 +81,12 @@ def served_models(
             key="--prefill" if prefill is not None else "--decode",
             fix="drop --prefill and --decode, or drop models: from the workload",
         )
-    return [_served(workload, i, c) for i, c in enumerate(classes)]
+    return [_served(workload, i, c, overrides) for i, c in enumerate(classes)]
 
 
-def _served(workload: ResolvedWorkload, index: int, spec: ModelClassSpec) -> ServedModel:
+def _served(
+    workload: ResolvedWorkload, index: int, spec: ModelClassSpec, overrides: Sequence[str] = ()
+) -> ServedModel:
     own = tuple(spec.overrides())
     if spec.model is None:
         assert spec.prefill is not None and spec.decode is not None
@@ -107,7 +114,7 @@ def _served(workload: ResolvedWorkload, index: int, spec: ModelClassSpec) -> Ser
         template("prefill"),
         template("decode"),
         (*common, *own),
-        _head_split(model, own),
+        _head_split(model, (*own, *overrides)),
         tuple(spec.decode_overrides()),
     )
 
@@ -137,10 +144,19 @@ def _model(
     return load_model_config(path), where
 
 
-def _head_split(model: ModelSpec, own: tuple[str, ...]) -> tuple[str, ...]:
-    """The prefill attention kernel's degree when the node's sockets do not divide the heads."""
-    hardware = next((o.split("=", 1)[1] for o in own if o.startswith("hardware=")), None)
-    sockets = load_hardware(hardware or DEFAULT_HARDWARE).sockets
+def _head_split(model: ModelSpec, sets: tuple[str, ...]) -> tuple[str, ...]:
+    """The prefill attention kernel's degree when the node's sockets do not divide the heads
+    (the sockets of the hardware the last `hardware=` names, or the last
+    `hardware.node.sockets=`, in the order the `--set`s apply)."""
+    hardware = DEFAULT_HARDWARE
+    sockets: int | None = None
+    for key, _, value in (o.partition("=") for o in sets):
+        if key == "hardware":
+            hardware, sockets = value, None
+        elif key == "hardware.node.sockets" and value.isdigit():
+            sockets = int(value)
+    if sockets is None:
+        sockets = load_hardware(hardware).sockets
     heads = model.num_attention_heads
     if heads % sockets == 0:
         return ()

@@ -284,7 +284,7 @@ def model_runs(
     """Each model's graphs simulated (once per process) and shaped with the buckets."""
     buckets = workload.spec.deployment.prefill_buckets
     runs = []
-    for served in served_models(workload, prefill, decode):
+    for served in served_models(workload, prefill, decode, point.overrides):
         times = simulated_step_times(
             served.prefill,
             served.decode,

@@ -31,6 +31,7 @@ from typing import Any
 import simpy
 
 from rdusim.compiler.program import Collective, Kernel, OpPlan
+from rdusim.sim.channels import PriorityResource, Store
 from rdusim.spec.hardware import Hardware
 
 # Tiles simulated per kernel at most; kernels with more real tiles are extrapolated from two
@@ -170,7 +171,7 @@ class _Run:
 
     def transfer(
         self,
-        res: simpy.PriorityResource,
+        res: PriorityResource,
         nbytes: float,
         kind: str,
         who: str,
@@ -182,22 +183,23 @@ class _Run:
         if nbytes <= 0:
             return
         rate = self.rates[kind]
-        with res.request(priority=iteration) as req:
-            yield req
-            start = self.env.now
-            yield self.env.timeout(nbytes / rate)
-            if socket == 0:
-                self.totals[kind] += nbytes / rate
-                self.totals[f"{kind}_bytes"] += nbytes
-                if kind == "hbm":
-                    self.hbm_time[who] += nbytes / rate
-                elif kind == "ddr":
-                    self.ddr_time[who] += nbytes / rate
-            self.record(kind.upper(), who, start, socket)
+        req = res.request(priority=iteration)
+        yield req
+        start = self.env.now
+        yield self.env.timeout(nbytes / rate)
+        if socket == 0:
+            self.totals[kind] += nbytes / rate
+            self.totals[f"{kind}_bytes"] += nbytes
+            if kind == "hbm":
+                self.hbm_time[who] += nbytes / rate
+            elif kind == "ddr":
+                self.ddr_time[who] += nbytes / rate
+        self.record(kind.upper(), who, start, socket)
+        res.release(req)
 
     def fetch(
         self,
-        channels: tuple[simpy.PriorityResource, simpy.PriorityResource],
+        channels: tuple[PriorityResource, PriorityResource],
         nbytes: tuple[float, float],
         who: str,
         socket: int,
@@ -222,8 +224,8 @@ class _Run:
     def loader(
         self,
         p: OpPlan,
-        out: simpy.Store,
-        channels: tuple[simpy.PriorityResource, simpy.PriorityResource],
+        out: Store,
+        channels: tuple[PriorityResource, PriorityResource],
         socket: int,
     ) -> Process:
         per_tile = (p.hbm_in_bytes / self.n, p.ddr_in_bytes / self.n)
@@ -235,8 +237,8 @@ class _Run:
     def writer(
         self,
         p: OpPlan,
-        inbox: simpy.Store,
-        channels: tuple[simpy.PriorityResource, simpy.PriorityResource],
+        inbox: Store,
+        channels: tuple[PriorityResource, PriorityResource],
         socket: int,
     ) -> Process:
         per_tile = ((p.hbm_write - p.ddr_write) / self.n, p.ddr_write / self.n)
@@ -249,9 +251,9 @@ class _Run:
     def collective(
         self,
         c: Collective,
-        p2p: simpy.PriorityResource,
-        inbox: simpy.Store,
-        outbox: simpy.Store,
+        p2p: PriorityResource,
+        inbox: Store,
+        outbox: Store,
         socket: int,
     ) -> Process:
         per_tile = c.bytes / self.n
@@ -274,11 +276,11 @@ class _Run:
     def stage(
         self,
         p: OpPlan,
-        loaded: simpy.Store,
-        wbox: simpy.Store | None,
-        edges: dict[tuple[str, str], simpy.Store],
-        coll_in: dict[int, simpy.Store],
-        coll_out: dict[int, simpy.Store],
+        loaded: Store,
+        wbox: Store | None,
+        edges: dict[tuple[str, str], Store],
+        coll_in: dict[int, Store],
+        coll_out: dict[int, Store],
         socket: int,
     ) -> Process:
         w = self.wiring
@@ -313,12 +315,12 @@ class _Run:
 
     def start_socket(self, s: int) -> None:
         env = self.env
-        hbm = simpy.PriorityResource(env, capacity=1)
-        channels = (hbm, simpy.PriorityResource(env, capacity=1))  # HBM, DDR
-        p2p = simpy.PriorityResource(env, capacity=1)
-        edges = {e: simpy.Store(env) for e in self.kernel.edges}
-        coll_in = {id(c): simpy.Store(env) for c in self.kernel.collectives}
-        coll_out = {id(c): simpy.Store(env) for c in self.kernel.collectives}
+        hbm = PriorityResource(env, capacity=1)
+        channels = (hbm, PriorityResource(env, capacity=1))  # HBM, DDR
+        p2p = PriorityResource(env, capacity=1)
+        edges = {e: Store(env) for e in self.kernel.edges}
+        coll_in = {id(c): Store(env) for c in self.kernel.collectives}
+        coll_out = {id(c): Store(env) for c in self.kernel.collectives}
         for it in range(self.iterations):
             self.pending[s][it] = len(self.kernel.ops) + sum(
                 1 for p in self.kernel.ops if p.hbm_write > 0
@@ -327,11 +329,11 @@ class _Run:
         # holds the second buffer); a looped kernel with room also holds the next iteration's
         depth = 1 + (self.n if self.kernel.prefetch_iteration and self.iterations > 1 else 0)
         for p in self.kernel.ops:
-            loaded = simpy.Store(env, capacity=depth)
+            loaded = Store(env, capacity=depth)
             env.process(self.loader(p, loaded, channels, s))
             wbox = None
             if p.hbm_write > 0:
-                wbox = simpy.Store(env)
+                wbox = Store(env)
                 env.process(self.writer(p, wbox, channels, s))
             env.process(self.stage(p, loaded, wbox, edges, coll_in, coll_out, s))
         for c in self.kernel.collectives:

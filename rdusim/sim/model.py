@@ -9,6 +9,7 @@ pipelines, so a report can say what the calls cost.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, Program
@@ -89,21 +90,45 @@ class SimResult:
         return sum(getattr(k, attr) * r.executions for r in self.all_layers() for k in r.kernels)
 
 
+# Kernel timings kept across programs: the auto-mapper's finalists share most of their kernels
+# (embedding, head, MTP module, often whole layer kinds), and the chosen one is simulated again
+# for its report. A timing is a pure function of the key, so a hit is the same answer.
+TIMING_CACHE_SIZE = 256
+_timings: OrderedDict[tuple[object, ...], KernelTiming] = OrderedDict()
+
+
+def timing_key(
+    kernel: Kernel, looped_executions: int, hw: Hardware, orchestration: str, sockets: int
+) -> tuple[object, ...]:
+    """Everything `time_kernel` reads: the kernel's every field (its repr), how many executions
+    one call covers, the hardware (a frozen spec, compared by value), orchestration, sockets."""
+    return (repr(kernel), looped_executions, hw, orchestration, sockets)
+
+
+def clear_timings() -> None:
+    """Forget the kept kernel timings (tests that count simulations)."""
+    _timings.clear()
+
+
 class _KernelTimer:
-    """Times kernels, each distinct one once per run: layer kinds often share kernels (R1's
-    dense and MoE prefill layers run the same four attention-side kernels)."""
+    """Times kernels, each distinct one once: layer kinds often share kernels (R1's dense and MoE
+    prefill layers run the same four attention-side kernels), and so do programs. A traced run
+    keeps its slices to itself."""
 
     def __init__(self, hw: Hardware, orchestration: str, trace: bool, sockets: int) -> None:
         self.hw = hw
         self.orchestration = orchestration
         self.trace = trace
         self.sockets = sockets
-        self.seen: dict[tuple[str, int], KernelTiming] = {}
+        self.seen: dict[tuple[object, ...], KernelTiming] = {}
 
     def __call__(self, kernel: Kernel, looped_executions: int) -> KernelTiming:
-        key = (repr(kernel), looped_executions)
-        if key not in self.seen:
-            self.seen[key] = time_kernel(
+        key = timing_key(kernel, looped_executions, self.hw, self.orchestration, self.sockets)
+        if key in self.seen:
+            return self.seen[key]
+        timing = None if self.trace else _timings.get(key)
+        if timing is None:
+            timing = time_kernel(
                 kernel,
                 self.hw,
                 orchestration=self.orchestration,
@@ -111,7 +136,14 @@ class _KernelTimer:
                 sockets=self.sockets,
                 trace=self.trace,
             )
-        return self.seen[key]
+            if not self.trace:
+                _timings[key] = timing
+                if len(_timings) > TIMING_CACHE_SIZE:
+                    _timings.popitem(last=False)
+        else:
+            _timings.move_to_end(key)
+        self.seen[key] = timing
+        return timing
 
 
 def _time_layer(lp: LayerProgram, timer: _KernelTimer) -> LayerResult:

@@ -11,7 +11,7 @@ from rdusim.spec.yamlio import reject_bools
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     @field_validator("*", mode="before")
     @classmethod

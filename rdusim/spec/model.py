@@ -160,7 +160,7 @@ class Dtypes(BaseModel):
     (`dense_weights`), as in the FP8 checkpoint.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     weights: Dtype | None = None
     dense_weights: Dtype = "bf16"
     activations: Dtype = "bf16"
@@ -170,7 +170,7 @@ class Dtypes(BaseModel):
 class ModelConfig(BaseModel):
     """The keys every family shares; a family's class adds its own and its layer kinds."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
     # Keys this family accepts and ignores besides `IGNORED_KEYS`, and why (README lists them).
     ignored_keys: ClassVar[dict[str, str]] = {}
 

@@ -10,7 +10,6 @@ on where or in which order points ran. Workers must see the mapping's files at t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,6 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rdusim.errors import SpecError
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from distributed import Client
 
 T = TypeVar("T")
@@ -66,6 +67,10 @@ def _on_processes(
     jobs: int,
     progress: Callable[[], None] | None,
 ) -> list[T]:
+    # imported here: the command line declares the executors at start-up, and multiprocessing
+    # with its sockets and logging is a tenth of a second that only a parallel sweep needs
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     results: list[T | None] = [None] * len(points)
     with ProcessPoolExecutor(max_workers=min(jobs, len(points))) as pool:
         futures: dict[Future[T], int] = {

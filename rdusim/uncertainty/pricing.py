@@ -12,11 +12,17 @@ total differently from the simulator's; no report reads them from a priced progr
 
 Each member's allocation is priced on the compiled kernel itself and undone at once, so a
 pricer must not run beside other work on the same program (nothing in rdusim does).
+
+A kernel's price under a member is a pure function of the kernel, its looped executions, the
+orchestration, the point hardware, the simulator's timing at the point and the member, so it is
+kept across pricers by exactly those: the auto-mapper's finalists share kernels, and the chosen
+one is priced again for its report.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from rdusim.compiler.allocate import allocation, phases
@@ -35,6 +41,39 @@ def _pipeline_part(t: KernelTiming | KernelEstimate) -> float:
 class _Anchor:
     timing: KernelTiming  # the simulator's, at the point
     ratio: float  # simulator over closed form, pipeline part of a call
+    key: str  # everything the price under a member depends on but the member (see `_Keyed`)
+
+
+class _Keyed:
+    """A hardware spec as part of a cache key, hashed once (a frozen spec's hash walks every
+    field) and compared by value."""
+
+    __slots__ = ("_hash", "hw")
+
+    def __init__(self, hw: Hardware) -> None:
+        self.hw = hw
+        self._hash = hash(hw)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Keyed) and (self.hw is other.hw or self.hw == other.hw)
+
+
+PRICED_CACHE_SIZE = 8192
+_priced: OrderedDict[tuple[str, _Keyed, _Keyed], KernelTiming] = OrderedDict()
+
+
+def clear_prices() -> None:
+    """Forget the kept prices (tests that count or break the closed form)."""
+    _priced.clear()
+
+
+def _anchor_key(kernel: Kernel, looped: int, orchestration: str, timing: KernelTiming) -> str:
+    """The kernel (every field), its looped executions, the orchestration and the point timing
+    (every field but its trace slices, which a price drops) as text."""
+    return repr((kernel, looped, orchestration, dataclasses.replace(timing, slices=[])))
 
 
 class AnchoredPricer:
@@ -43,6 +82,7 @@ class AnchoredPricer:
     def __init__(self, program: Program, point: SimResult, hw: Hardware) -> None:
         self.program = program
         self.point = point
+        self._hw = _Keyed(hw)
         self._anchors: dict[tuple[int, int], _Anchor] = {}
         self._phases: dict[int, dict[str, int]] = {}
         for lp, lr in self._pairs(point):
@@ -56,7 +96,8 @@ class AnchoredPricer:
                 cf = estimate(k, hw, orchestration=program.orchestration, looped_executions=looped)
                 part = _pipeline_part(cf)
                 ratio = _pipeline_part(t) / part if part > 0 else 1.0
-                self._anchors[key] = _Anchor(t, ratio)
+                anchor_key = _anchor_key(k, looped, program.orchestration, t)
+                self._anchors[key] = _Anchor(t, ratio, anchor_key)
 
     def _pairs(self, result: SimResult) -> list[tuple[LayerProgram, LayerResult]]:
         p = self.program
@@ -64,8 +105,18 @@ class AnchoredPricer:
             (lp, result.extras[name]) for name, lp in p.extras.items()
         ]
 
-    def _timing(self, kernel: Kernel, looped: int, hw: Hardware) -> KernelTiming:
+    def _timing(self, kernel: Kernel, looped: int, hw: _Keyed) -> KernelTiming:
         anchor = self._anchors[(id(kernel), looped)]
+        key = (anchor.key, self._hw, hw)
+        found = _priced.get(key)
+        if found is None:
+            found = self._price(kernel, looped, hw.hw, anchor)
+            _priced[key] = found
+            if len(_priced) > PRICED_CACHE_SIZE:
+                _priced.popitem(last=False)
+        return found
+
+    def _price(self, kernel: Kernel, looped: int, hw: Hardware, anchor: _Anchor) -> KernelTiming:
         phase = self._phases.get(id(kernel))
         if phase is None:
             phase = self._phases[id(kernel)] = phases(kernel)
@@ -95,6 +146,7 @@ class AnchoredPricer:
     def price(self, hw: Hardware) -> SimResult:
         """The program's timing under `hw` (same program: kernels, batch and tiles)."""
         seen: dict[tuple[int, int], KernelTiming] = {}
+        keyed = _Keyed(hw)
 
         def layer(lp: LayerProgram, lr: LayerResult) -> LayerResult:
             if not lr.kernels:
@@ -104,7 +156,7 @@ class AnchoredPricer:
             for k in lp.kernels:
                 key = (id(k), looped)
                 if key not in seen:
-                    seen[key] = self._timing(k, looped, hw)
+                    seen[key] = self._timing(k, looped, keyed)
                 timings.append(seen[key])
             return dataclasses.replace(lr, kernels=timings)
 

@@ -530,3 +530,19 @@ def test_shipped_mappings_stay_within_the_socket(mapping, batch):
             for p in k.ops:
                 assert p.pcus >= geometry_min(p), (k.name, p.name)
                 assert p.pmus >= max(buffers(p), staging(p)), (k.name, p.name)
+
+
+@pytest.mark.parametrize("slack", [1.0, 1.3, 2.0, 8.0])
+def test_the_pmu_search_counts_each_ops_staging_or_buffers(slack):
+    """The PMU search prices a placement without building it; its count is each op's staging or
+    buffers, whichever is more, over the placement `wanted` builds, on every shipped kernel."""
+    from rdusim.compiler.allocate import _demand
+
+    program = compile_mapping(load_mapping(MAPPINGS / "r1_prefill.yaml"))
+    kernels = [k for lp in program.all_layers() for k in lp.kernels]
+    for k in kernels:
+        demand = _demand(k, HW)
+        pcus = demand.wanted(slack)
+        staged = [math.ceil(HW.socket.staging_pmus_per_pcu * pcus.get(p.name, 0)) for p in k.ops]
+        want = sum(max(buffers(p), s) for p, s in zip(k.ops, staged, strict=True))
+        assert demand.pmus_at(slack) == want, k.name

@@ -3,6 +3,7 @@ work under any valid fusion and sharding (property-based)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import cache
 from pathlib import Path
@@ -177,20 +178,20 @@ def _reading(name: str, nbytes: float) -> OpPlan:
 def test_tiles_prefill_streams_token_tiles_decode_streams_pmu_chunks():
     k = KernelSpec(name="k", ops=["x"])
     prefill = CompileContext(hardware(), Phase.PREFILL, 2048)
-    assert _tiles(k, [], Workload(1, 8192, 8192), prefill) == (4, 2048)
-    assert _tiles(k, [], Workload(1, 100, 100), prefill) == (1, 100)
+    assert _tiles(k.tiling, [], Workload(1, 8192, 8192), prefill) == (4, 2048)
+    assert _tiles(k.tiling, [], Workload(1, 100, 100), prefill) == (1, 100)
     # tokens that fit one tile (the head's last position): a matrix-vector product whose
     # weights stream in 500 kB PMU chunks, as in decode: 700 MB -> 1400 tiles
-    assert _tiles(k, [_reading("a", 7.0e8)], Workload(1, 1, 8192), prefill) == (1400, 1)
+    assert _tiles(k.tiling, [_reading("a", 7.0e8)], Workload(1, 1, 8192), prefill) == (1400, 1)
     k2 = KernelSpec(name="k", ops=["x"], tiling=Tiling(tile_tokens=1000))
-    assert _tiles(k2, [], Workload(1, 8192, 8192), prefill) == (9, 1000)
+    assert _tiles(k2.tiling, [], Workload(1, 8192, 8192), prefill) == (9, 1000)
     decode = CompileContext(hardware(), Phase.DECODE, 2048)
     # small ops: at least 64 steps
-    assert _tiles(k, [_reading("a", 1e6)], Workload(32, 1, 8192), decode) == (64, 32)
-    assert _tiles(k, [_reading("a", 1e6)], Workload(32, 3, 8192), decode) == (64, 96)
+    assert _tiles(k.tiling, [_reading("a", 1e6)], Workload(32, 1, 8192), decode) == (64, 32)
+    assert _tiles(k.tiling, [_reading("a", 1e6)], Workload(32, 3, 8192), decode) == (64, 96)
     # the largest op's bytes in 500 kB PMU chunks: 700 MB -> 1400 tiles
     ops = [_reading("a", 7.0e8), _reading("b", 1e7)]
-    assert _tiles(k, ops, Workload(32, 1, 8192), decode) == (1400, 32)
+    assert _tiles(k.tiling, ops, Workload(32, 1, 8192), decode) == (1400, 32)
 
 
 def pow2_floor(x: int) -> int:
@@ -502,3 +503,40 @@ def test_shipped_overrides_all_match_their_kernels():
     rm = load_mapping(MAPPINGS / "r1_decode.yaml", ["batch=16"])
     mla = compile_mapping(rm).layers["moe"].kernels[0]
     assert {mla.op(n).strategy for n in ("q_absorb", "attention", "v_absorb")} == {"dp"}
+
+
+# --------------------------------------------------------------------------------------------
+# the greedy auto-mapping, kept
+
+
+def test_the_greedy_mapping_is_kept_by_graph_kind_workload_and_context():
+    """A kept greedy mapping is the one computing it anew gives; a graph of the same content
+    (another object) finds it, and a change to any part of the key (the graph, the workload,
+    the compile context) gives that input's own mapping, not the kept one."""
+    from rdusim.compiler import compile as compiler
+    from rdusim.compiler.compile import compile_context, layer_workload
+    from rdusim.spec.mapping import snapstream_sizes
+
+    rm = load_mapping(REPO / "mappings" / "r1_decode.yaml")
+    ctx = compile_context(rm)
+
+    def layers():
+        ss = snapstream_sizes(rm.spec, rm.source.file)
+        return build_model(rm.model, Phase.DECODE, ss).layers
+
+    g = layers()["moe"]
+    wl = layer_workload(rm, 1)
+    # a sixteenth of the SRAM: at batch 1 the greedy rule closes a kernel before the experts
+    socket = ctx.hw.socket.model_copy(update={"sram_bytes": ctx.hw.socket.sram_bytes / 16})
+    cramped = dataclasses.replace(ctx, hw=ctx.hw.model_copy(update={"socket": socket}))
+    base = compiler._auto(g, "moe", wl, cramped)
+    assert len(base) == 2 and base == compiler._greedy(g, "moe", wl, cramped)
+    assert compiler._auto(layers()["moe"], "moe", wl, cramped) == base
+    for args in (
+        (layers()["dense"], "moe", wl, cramped),
+        (g, "moe", layer_workload(rm, 64), cramped),
+        (g, "moe", wl, ctx),
+    ):
+        got = compiler._auto(*args)
+        assert got == compiler._greedy(*args)
+        assert got != base

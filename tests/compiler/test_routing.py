@@ -478,3 +478,20 @@ def test_bounds(case, tokens):
 def test_input_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_the_fft_length_is_the_next_five_smooth_number():
+    """What scipy.fft.next_fast_len gives for real input, found by brute force here."""
+    from scipy.fft import next_fast_len as scipys
+
+    from rdusim.compiler.routing import next_fast_len
+
+    def smooth(n: int) -> bool:
+        for p in (2, 3, 5):
+            while n % p == 0:
+                n //= p
+        return n == 1
+
+    for target in [*range(1, 3000), 65537, 123457, 1_000_001]:
+        want = next(m for m in itertools.count(target) if smooth(m))
+        assert next_fast_len(target) == want == scipys(target, real=True), target

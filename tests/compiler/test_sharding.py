@@ -7,6 +7,7 @@ rounds are the closed forms of the direct (fully-connected) and ring algorithms.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -19,11 +20,14 @@ from rdusim.compiler.compile import CompileContext, build_kernels, compile_mappi
 from rdusim.compiler.fusion import fuse
 from rdusim.compiler.program import Layout
 from rdusim.compiler.sharding import (
+    OpBase,
     ShardContext,
     cache_share,
     degree_fix,
+    fused_shardings,
     resolve_sharding,
     shard,
+    walk,
 )
 from rdusim.errors import SpecError, SpecErrors
 from rdusim.ir import ops as costs
@@ -471,3 +475,71 @@ def test_sp_on_a_non_attention_op_is_located_in_the_mapping(tmp_path):
     assert err.line == text.splitlines().index("        q_absorb: {sp: 16}") + 1
     assert err.key == "kernels.moe.MLA.overrides.q_absorb.sp"
     assert "q_absorb" in err.problem
+
+
+# --------------------------------------------------------------------------------------------
+# one walk, many fusions
+
+
+def test_a_walk_finishes_each_kernels_plans_as_shard_does(r1):
+    """`shard` is the walk plus each kernel's finish: cutting the layer anywhere gives every op
+    the plan the walk finishes for the ops around it, and the same collectives."""
+    g = deepseek.build_layer(r1, "moe", "prefill")
+    order = g.order()
+    wl = workload_for(Phase.PREFILL, 1, 4096, None)
+    c = ctx(wl, prefill=True)
+    one = walk(g, fused_shardings(one_kernel(g, "moe"), "moe", c), c)
+    for cut in (1, order.index("attention"), len(order) - 1):
+        fused = fuse(
+            g,
+            [
+                KernelSpec(name="A", ops=order[:cut], sharding=Sharding(tp=16)),
+                KernelSpec(name="B", ops=order[cut:], sharding=Sharding(tp=16)),
+            ],
+            "moe",
+        )
+        sharded = shard(g, fused, "moe", c)
+        finished = {**one.kernel_plans(order[:cut], None), **one.kernel_plans(order[cut:], None)}
+        assert sharded.ops == finished
+        assert sharded.collectives == one.collectives
+        # an op whose producer sits across the cut reads from HBM what it otherwise streams
+        first = g.ops[order[cut]]
+        inside = one.kernel_plans(order, None)[first.name]
+        assert finished[first.name].stream_in < inside.stream_in or not first.inputs
+
+
+def test_an_op_base_key_changes_with_each_field_its_finish_reads(r1):
+    """The key the auto-mapper shares candidates by covers every field of an op's base: change
+    any one and the key changes (and what it finishes to may)."""
+    wl = workload_for(Phase.PREFILL, 1, 4096, None)
+    g = deepseek.build_layer(r1, "moe", "prefill")
+    c = ctx(wl, prefill=True)
+    w = walk(g, fused_shardings(one_kernel(g, "moe"), "moe", c), c)
+    base = w.ops["attention"]
+    changed = {
+        "template": dataclasses.replace(base.template, flops=base.template.flops + 1),
+        "reads": (*base.reads, (1.0, None)),
+        "cache_read": base.cache_read + 1,
+        "read_replaces_inputs": not base.read_replaces_inputs,
+        "written": base.written + 1,
+        "cache_write_share": 0.5 if base.cache_write_share != 0.5 else 0.25,
+        "consumers": base.consumers | {"elsewhere"},
+        "always_written": not base.always_written,
+        "flash": dataclasses.replace(
+            base.flash, sh=dataclasses.replace(base.flash.sh, degree=8), by_block={}
+        ),
+    }
+    assert set(changed) == {f.name for f in dataclasses.fields(OpBase)}
+    alone, whole = frozenset({"attention"}), frozenset(g.ops)
+
+    def finished(b: OpBase) -> list[object]:
+        return [b.finish(inside, kv) for inside in (alone, whole) for kv in (None, 1024)]
+
+    for name, value in changed.items():
+        other = dataclasses.replace(base, **{name: value})
+        assert other.key() != base.key(), name
+        assert finished(other) != finished(base), name
+    again = walk(g, fused_shardings(one_kernel(g, "moe"), "moe", c), c)
+    assert again.ops["attention"].key() == base.key()
+    # the K/V block is the kernel's, not the key's: the re-reads follow it
+    assert base.finish(whole, 1024).hbm_read > base.finish(whole, None).hbm_read

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from rdusim.ir.attrs import ATTRS_OF, ElementwiseAttrs, GemmAttrs, OpKind
 from rdusim.ir.builders import deepseek, llama
-from rdusim.ir.graph import CacheRole, Graph, Op, Tensor, TensorKind, Workload
-from rdusim.ir.ops import OP_KINDS
+from rdusim.ir.graph import CacheRole, CostClass, Graph, Op, Tensor, TensorKind, Workload
+from rdusim.ir.ops import OP_KINDS, cost_class_of
 from rdusim.snapstream.config import SnapStreamConfig
 
 SS = SnapStreamConfig(sink=4, recent=64, topk=128, obs_window=32, pool_kernel=7)
@@ -195,7 +195,7 @@ def test_every_op_has_a_known_kind_and_cost_class(layers):
     for label, g in layers:
         for op in g.ops.values():
             assert op.kind in OP_KINDS, (label, op.name)
-            assert op.cost_class == OP_KINDS[op.kind]
+            assert cost_class_of(op) in set(CostClass)
 
 
 def test_weights_are_weight_tensors_and_attrs_fit_the_kind(layers):
@@ -262,3 +262,55 @@ def test_snapstream_prefill_outputs_the_compressed_cache(r1):
         assert t.shape[1] == SS.slots
     caches = [t for t in g.tensors.values() if t.kind == TensorKind.CACHE]
     assert {t.name for t in caches if not t.compressed} == {"latent_cache", "rope_cache"}
+
+
+# --------------------------------------------------------------------------------------------
+# the graph's own DAG
+
+
+@st.composite
+def dags(draw: st.DrawFn) -> Graph:
+    """A random DAG built in a random order: each op reads a few tensors made before it."""
+    n = draw(st.integers(1, 12))
+    g = Graph("random")
+    g.tensor(Tensor("in", ("B", 4), 2.0))
+    made = ["in"]
+    for i in range(n):
+        reads = draw(st.lists(st.sampled_from(made), min_size=1, max_size=3, unique=True))
+        g.tensor(Tensor(f"t{i}", ("B", 4), 2.0))
+        g.add(Op(f"op{i}", OpKind.ELEMENTWISE, tuple(reads), (f"t{i}",), ElementwiseAttrs()))
+        made.append(f"t{i}")
+    return g
+
+
+@given(dags())
+@settings(max_examples=60, deadline=None)
+def test_order_and_edges_are_networkx_s(g: Graph) -> None:
+    """The order is networkx's lexicographical topological sort keyed by build order, and the
+    edges networkx's, in its order (by producer, then consumer, as first added)."""
+    dag = nx.DiGraph()
+    for op in g.ops.values():
+        dag.add_node(op.name)
+        for t in op.inputs:
+            src = g.producer.get(t)
+            if src is not None:
+                dag.add_edge(src, op.name, tensor=t)
+    index = {name: i for i, name in enumerate(g.ops)}
+    assert g.order() == list(nx.lexicographical_topological_sort(dag, key=index.__getitem__))
+    assert g.edges() == list(dag.edges)
+    assert list(g.dag.edges(data="tensor")) == list(dag.edges(data="tensor"))
+
+
+def test_the_fingerprint_is_the_graphs_content():
+    a, b = small_graph(), small_graph()
+    assert a is not b and a.fingerprint() == b.fingerprint()
+    b.tensor(Tensor("e", ("B", 4), 2.0))
+    assert a.fingerprint() != b.fingerprint()  # a tensor added
+    c = small_graph()
+    c.tensor(Tensor("e", ("B", 4), 2.0))
+    fingerprint = c.fingerprint()
+    c.add(Op("s", OpKind.ELEMENTWISE, ("d",), ("e",), ElementwiseAttrs()))
+    assert c.fingerprint() != fingerprint  # an op added after the graph was fingerprinted
+    d = small_graph()
+    d.ops["q"].doc = "another note"  # any field of any op counts
+    assert d.fingerprint() != a.fingerprint()

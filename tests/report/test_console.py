@@ -87,3 +87,29 @@ def test_wrap_text_indents_continuations() -> None:
 def test_plain_text_only() -> None:
     text = table(["a", "b"], [["x" * 50, "y " * 40]], width=60) + wrap_text("z " * 80, 60)
     assert "\x1b" not in text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1064.3, "1060"),
+        (999.6, "1000"),
+        (123456.0, "123000"),
+        (102.4, "102"),
+        (5.6149, "5.61"),
+        (0.012345, "0.0123"),
+        (1.234e-5, "0.0000123"),
+        (0.0, "0"),
+    ],
+)
+def test_three_significant_digits_never_with_an_exponent(value: float, text: str) -> None:
+    assert console.sig3(value) == text
+
+
+def test_an_interval_end_past_1000_of_the_unit_is_a_plain_number() -> None:
+    # a 937 ms time to first token whose 95th percentile is past a second printed "1.06e+03"
+    assert console.seconds_with(0.937229, {"p05": 0.8402, "p95": 1.0641}) == (
+        "937.229 ms (840–1060)"
+    )
+    assert console.seconds_with(0.096013, {"p05": 0.0890, "p95": 0.1021}) == "96.013 ms (89–102)"
+    assert "e+" not in console.seconds_with(1500.0, {"p05": 1400.0, "p95": 1600.0})

@@ -281,3 +281,26 @@ def test_front_figure_one_stepped_line_per_layer_with_kernel_counts() -> None:
     labels = sorted(t.get_text() for t in ax.texts)
     assert labels == ["1 kernel", "1 kernel", "2 kernels", "3 kernels"]
     assert ax.get_xscale() == "log"
+
+
+def test_sweep_figure_draws_published_figures_on_their_lines() -> None:
+    """Each (row, value) is a hollow diamond at that row's x and the value, in the colour of
+    the row's line; one legend entry names them all."""
+    rows: list[dict[str, Any]] = [
+        {"seq_len": s, "ss": ss, "tput": s / 1000 * (2 if ss else 1)}
+        for s in (32768, 65536)
+        for ss in (True, False)
+    ]
+    fig = sweep_figure(rows, "seq_len", "tput", ["ss"], published=[(0, 70.0), (3, 60.0)])
+    ax = fig.axes[0]
+    marks = [ln for ln in ax.lines if ln.get_marker() == "D" and len(ln.get_xdata())]
+    assert [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in marks] == [
+        (32768, 70.0),
+        (65536, 60.0),
+    ]
+    by_label = {str(ln.get_label()): ln.get_color() for ln in ax.lines if ln.get_marker() == "o"}
+    assert [ln.get_color() for ln in marks] == [by_label["ss=true"], by_label["ss=false"]]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels.count("published figure") == 1
+    plain = sweep_figure(rows, "seq_len", "tput", ["ss"])
+    assert not [ln for ln in plain.axes[0].lines if ln.get_marker() == "D"]

@@ -39,7 +39,6 @@ def test_a_pick_that_wins_on_the_mean_can_lose_on_its_pessimistic_end() -> None:
     assert ranking(risky, "p05") < ranking(steady, "p05")
 
 
-@pytest.mark.slow
 def test_gain_against_the_hand_kernels_is_the_ratio_of_objectives_member_by_member() -> None:
     """Llama-3.1-8B decode at batch 1: the search's step over the mapping's own, per member."""
     sets = ["batch=1", "seq_len=2048", "snapstream.enabled=false"]

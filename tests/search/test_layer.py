@@ -63,7 +63,6 @@ def test_fastest_cut_under_a_cap_is_the_brute_force_minimum(fraction):
     assert max(options[0].sram_bytes) <= cap
 
 
-@pytest.mark.slow
 def test_the_front_trades_sram_for_time_and_drops_dominated_points():
     s = search("r1_decode", "moe", 64)
     front = s.front()
@@ -77,7 +76,6 @@ def test_the_front_trades_sram_for_time_and_drops_dominated_points():
         assert p.layer_s == pytest.approx(s.options(1, sram_cap=p.sram_cap_bytes)[0].layer_s)
 
 
-@pytest.mark.slow
 def test_a_kv_block_that_buys_no_time_is_not_taken():
     """The chosen K/V block is the smallest whose kernel is within FRONT_GAIN of the fastest
     block's: every smaller legal block is slower than that, and the choice is no slower."""

@@ -1,6 +1,7 @@
 """The auto-mapper end to end: at least as good as the paper's hand mappings, deterministic, and
-its emitted mapping reproduces its result. Each search compiles thousands of candidate kernels,
-so these are slow tests."""
+its emitted mapping reproduces its result. Each search weighs thousands of candidate kernels
+and takes one to three seconds (candidates shared between sharding plans, timings and prices
+kept across programs), so these run in the default selection."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ from rdusim.api import run_mapping
 from rdusim.search.mapper import SearchOptions, auto_map
 from rdusim.search.objective import Objective
 from rdusim.spec.mapping import load_mapping
-
-pytestmark = pytest.mark.slow
 
 
 def auto(name: str, *overrides: str, **options):

@@ -1,8 +1,8 @@
 """The auto-mapper on the tiny models (`tests/search/tiny.py`): what it picks and reports for each
 objective, how it walks the batches, kernel looping over one and two layer kinds, the gain
 against hand kernels, and each way it says that nothing fits. A search of a tiny mapping takes
-about a second, so each path runs in the fast suite (the shipped models' searches, minutes
-long, are in `test_mapper.py`)."""
+about a second, so each path runs in the fast suite (the shipped models' searches, a few seconds
+each, are in `test_mapper.py`)."""
 
 from __future__ import annotations
 
@@ -121,6 +121,56 @@ def test_progress_says_each_step(tiny) -> None:
     assert said[3].endswith("whole mappings estimated; simulating the best 3")  # nothing looped
     assert said[4:7] == ["simulated 1/3", "simulated 2/3", "simulated 3/3"]
     assert said[-1] == f"done in {found.seconds:.1f} s at batch 4"
+
+
+# What the search picks on small cases: each kind's kernels (first op, last op, op count), the
+# sharding plans, kernel looping, the batch and the candidates built. Recorded from the search
+# before it shared candidates between plans and kept kernel timings and prices across programs
+# (the picks, and every report byte, came out the same after), so a change to how the search
+# runs that changes what it finds shows here. A change to the model that moves a pick updates
+# these on purpose.
+BLOCK_DP = "attention block-dp, experts tp"
+TP = "attention tp, experts tp"
+PICKS = {
+    "llama decode": (
+        ("tiny-llama", "decode"),
+        {"dense": [("attn_norm", "ffn_residual", 15)]},
+        {"dense": BLOCK_DP},
+        (True, 4, 480),
+    ),
+    "llama prefill cut by SRAM": (
+        ("tiny-llama-1", "prefill", *small_sram(200)),
+        {"dense": [("attn_norm", "attn_residual", 10), ("ffn_norm", "ffn_residual", 5)]},
+        {"dense": TP},
+        (False, 1, 137),
+    ),
+    "deepseek decode cut by SRAM": (
+        ("tiny-ds", "decode", *small_sram(150)),
+        {
+            "dense": [("attn_norm", "ffn_residual", 19)],
+            "moe": [
+                ("attn_norm", "shared_down_proj", 21),
+                ("experts_up_proj", "experts_silu_mul", 2),
+                ("experts_down_proj", "ffn_residual", 3),
+            ],
+        },
+        {"dense": TP, "moe": TP},
+        (False, 4, 2881),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", PICKS)
+def test_the_picks_on_small_cases_are_pinned(tiny, case) -> None:
+    (model, phase, *overrides), kernels, plans, (looped, batch, built) = PICKS[case]
+    found = auto_map(tiny(phase, *overrides, model=model))
+    got = {
+        kind: [(k.ops[0], k.ops[-1], len(k.ops)) for k in ks]
+        for kind, ks in found.chosen.kernels.items()
+    }
+    assert got == kernels
+    assert {kind: p.label for kind, p in found.chosen.plans.items()} == plans
+    assert (found.chosen.looped, found.batch, found.candidates_built) == (looped, batch, built)
 
 
 # --- one layer, two layer kinds ----------------------------------------------------------------

@@ -7,10 +7,17 @@ import dataclasses
 import pytest
 
 from rdusim.compiler.compile import compile_context, compile_mapping, layer_workload
-from rdusim.ir.graph import Phase
+from rdusim.ir.graph import Graph, Phase
 from rdusim.ir.model import build_model
-from rdusim.search.segments import Candidate, CandidateBuilder, Limit, Refusal, kernel_spec
-from rdusim.search.space import AttentionPlacement, ShardingPlan
+from rdusim.search.segments import (
+    Candidate,
+    CandidateBuilder,
+    KernelPool,
+    Limit,
+    Refusal,
+    kernel_spec,
+)
+from rdusim.search.space import AttentionPlacement, ExpertPlacement, ShardingPlan
 from rdusim.spec.mapping import Sharding, Tiling, load_mapping, snapstream_sizes
 
 
@@ -73,11 +80,17 @@ def test_a_kernel_over_a_socket_s_sram_is_refused_with_the_compiler_s_reason():
 def test_a_plan_that_does_not_divide_an_op_is_refused():
     _, b = builder("llama31_8b_decode", "dense", ShardingPlan(), overrides=["hardware=sn40l-8"])
     assert isinstance(b.build(0, 1), Candidate)
-    bad = CandidateBuilder(b.graph, "dense", ShardingPlan(), b.workload, b.ctx)
-    bad.shardings = {n: Sharding(tp=3) for n in b.order}
-    bad._singles = {n: kernel_spec(n, [n], bad.shardings) for n in b.order}
+    bad = CandidateBuilder(b.graph, "dense", _TpThree(), b.workload, b.ctx)
     r = bad.build(0, 2)
     assert isinstance(r, Refusal) and r.limit == Limit.SHARDING
+    assert "3 does not divide" in r.detail
+
+
+class _TpThree(ShardingPlan):
+    """Every op tp over 3 sockets: divides neither the heads nor a node of 8."""
+
+    def shardings(self, graph: Graph, sockets: int) -> dict[str, Sharding]:
+        return {n: Sharding(tp=3) for n in graph.ops}
 
 
 def test_each_candidate_is_built_once():
@@ -93,3 +106,36 @@ def test_kernel_spec_takes_the_most_common_sharding_and_overrides_the_rest():
     assert spec.tiling.kv_block == 4096
     tie = kernel_spec("k", ["a", "b"], {"a": dp, "b": tp})
     assert tie.sharding == dp and tie.overrides == {"b": tp}
+
+
+def test_plans_share_a_candidate_only_when_it_compiles_the_same():
+    """Builders of one layer share a pool: a run of ops whose sharded plans and collectives are
+    the same under two plans is compiled once (the same candidate), and a run that holds an op
+    the plans shard differently is compiled for each, each what a builder alone makes of it."""
+    _, alone_tp = builder("r1_decode", "moe", ShardingPlan())
+    _, alone_ep = builder("r1_decode", "moe", ShardingPlan(experts=ExpertPlacement.EP))
+    graph, wl, ctx = alone_tp.graph, alone_tp.workload, alone_tp.ctx
+    pool = KernelPool(graph, wl, ctx)
+    tp = CandidateBuilder(graph, "moe", ShardingPlan(), wl, ctx, pool)
+    ep = CandidateBuilder(graph, "moe", ShardingPlan(experts=ExpertPlacement.EP), wl, ctx, pool)
+    routed = {n for n in tp.order if graph.ops[n].routed is not None}
+    shared = apart = 0
+    n = len(tp.order)
+    for i in range(n):
+        for j in range(i + 1, min(n, i + 4) + 1):
+            a, b = tp.build(i, j), ep.build(i, j)
+            if a is b:
+                shared += 1
+                assert not routed & set(tp.order[i:j])
+            else:
+                apart += 1
+            for got, alone in ((a, alone_tp.build(i, j)), (b, alone_ep.build(i, j))):
+                assert type(got) is type(alone)
+                if isinstance(got, Candidate):
+                    assert isinstance(alone, Candidate)
+                    assert repr(got.kernel) == repr(alone.kernel)
+                else:
+                    assert got == alone
+    assert shared and apart
+    assert pool.compiled == shared + 2 * apart
+    assert tp.built == ep.built == shared + apart  # the report counts each plan's candidates

@@ -130,3 +130,27 @@ def test_a_budget_below_a_models_plan_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as err:
         serve(None, None, workload(tmp_path, residency="residency: {hbm_bytes: 5.0e+9}"))
     assert err.value.key == "residency" and "more than the 5 GB" in err.value.problem
+
+
+def test_a_default_mapping_splits_heads_over_the_sockets_the_run_sets(tmp_path: Path) -> None:
+    """Qwen2.5-7B's 28 heads: on 16 sockets the prefill attention runs over gcd's largest power
+    of two, 4; with --set hardware.node.sockets=2 (or a 2-socket hardware named later) 2 divides
+    28, so no split is set; the last setting wins."""
+    from rdusim.serving.models import served_models
+
+    path = tmp_path / "q.yaml"
+    path.write_text(
+        TWO_MODELS.format(seed=0, residency="").replace("mistral-7b-v0.3", "qwen2.5-7b"),
+        encoding="utf-8",
+    )
+    w = load_workload(path)
+
+    def split(sets: list[str]) -> tuple[str, ...]:
+        return served_models(w, None, None, sets)[1].prefill_overrides
+
+    assert split([]) == ("kernels.dense.MHA.sharding.tp=4",)  # 28 heads, 16 sockets
+    assert split(["hardware.node.sockets=2"]) == ()
+    assert split(["hardware=sn40l-8"]) == ("kernels.dense.MHA.sharding.tp=4",)  # 28 on 8
+    assert split(["hardware.node.sockets=2", "hardware=sn40l-16"]) == (
+        "kernels.dense.MHA.sharding.tp=4",
+    )

@@ -275,11 +275,11 @@ def test_each_socket_uses_its_own_stores(monkeypatch):
     Guards the per-socket wiring: the processes' bodies run after the set-up loop, so a store
     captured late would be shared by all sockets (twice the tiles) and others left unused.
     """
-    import simpy
+    from rdusim.sim import channels, engine
 
     created: list[CountingStore] = []
 
-    class CountingStore(simpy.Store):
+    class CountingStore(channels.Store):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.puts = 0
@@ -289,7 +289,7 @@ def test_each_socket_uses_its_own_stores(monkeypatch):
             self.puts += 1
             return super().put(item)
 
-    monkeypatch.setattr(simpy, "Store", CountingStore)
+    monkeypatch.setattr(engine, "Store", CountingStore)
     program, hw = compiled(*PREFILL)
     k = next(k for k in program.layers["moe"].kernels if k.collectives and k.edges)
     simulate_pipeline(k, hw, sockets=3)

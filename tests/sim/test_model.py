@@ -6,6 +6,7 @@ a decode step runs the main model, the MTP module and the LM head once per model
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -230,6 +231,7 @@ def test_identical_kernels_are_simulated_once(prefill, monkeypatch):
     and tiles): each distinct kernel is timed once per run, and sharing changes no number."""
     import rdusim.sim.model as model
 
+    model.clear_timings()  # timings kept from earlier runs would hide the count
     calls: list[str] = []
     real = model.time_kernel
 
@@ -243,3 +245,49 @@ def test_identical_kernels_are_simulated_once(prefill, monkeypatch):
     distinct = {repr(k) for k in kernels}
     assert len(calls) == len(distinct) < len(kernels)
     assert result.total_latency_s == prefill.result.total_latency_s
+
+
+def _counting_timer(monkeypatch) -> list[str]:
+    import rdusim.sim.model as model
+
+    calls: list[str] = []
+    real = model.time_kernel
+
+    def counting(kernel, *args, **kwargs):
+        calls.append(kernel.name)
+        return real(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(model, "time_kernel", counting)
+    return calls
+
+
+def test_a_program_simulated_again_reuses_every_kernel_timing(prefill, monkeypatch):
+    calls = _counting_timer(monkeypatch)
+    again = simulate(prefill.program, prefill.mapping.hardware)
+    assert calls == []
+    assert again.total_latency_s == prefill.result.total_latency_s
+
+
+def test_a_kernel_that_differs_in_one_field_is_simulated_anew(prefill, monkeypatch):
+    """The kept timings are keyed by the kernel's every field, the hardware and the call's
+    settings: change one and the kernel is timed again, to another answer."""
+    import rdusim.sim.model as model
+
+    calls = _counting_timer(monkeypatch)
+    hw = prefill.mapping.hardware
+    program = prefill.program
+    kernel = program.layers["moe"].kernels[0]
+    timer = model._KernelTimer(hw, program.orchestration, trace=False, sockets=1)
+    base = timer(kernel, 1)
+    assert calls == []  # kept from the fixture's run
+    op = dataclasses.replace(kernel.ops[0], flops=kernel.ops[0].flops * 4 + 1e12)
+    heavier = dataclasses.replace(kernel, ops=[op, *kernel.ops[1:]])
+    slower_chip = hw.model_copy(
+        update={"calibration": hw.calibration.model_copy(update={"hbm_efficiency": 0.3})}
+    )
+    assert timer(heavier, 1).pipeline_s != base.pipeline_s
+    other = model._KernelTimer(slower_chip, program.orchestration, trace=False, sockets=1)
+    assert other(kernel, 1).pipeline_s > base.pipeline_s
+    looped = timer(kernel, 3)
+    assert looped.executions == 3 != base.executions
+    assert len(calls) == 3

@@ -166,7 +166,7 @@ def test_parallel_rows_are_identical(
     assert (tmp_path / "sweep.json").read_bytes() == (serial_out / "sweep.json").read_bytes()
     img = matplotlib.image.imread(tmp_path / "sweep.png")
     assert img.shape[0] > 300 and img.shape[1] > 400
-    assert "sweep" in err and "4/4" in err  # the progress bar
+    assert err == ""  # the progress bar is for a terminal (tests/test_progress.py)
     assert "seq_len" in out and "snapstream.enabled" in out and "tokens/s" in out
     assert "4 points" in out
     assert not list(tmp_path.glob(".*.tmp"))

@@ -3,6 +3,8 @@ kernel doubles with half the bandwidth, and pricing leaves the compiled allocati
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rdusim.api import run_mapping
@@ -186,6 +188,7 @@ def test_allocation_is_restored_when_pricing_fails(llama_decode, monkeypatch):
         raise RuntimeError("closed form failed")
 
     monkeypatch.setattr(pricing, "estimate", broken)
+    pricing.clear_prices()  # a price kept from another test would never reach the closed form
     half = with_values(hw, {"gemm_efficiency": hw.calibration.gemm_efficiency / 3})
     with pytest.raises(RuntimeError, match="closed form failed"):
         pricer.price(half)
@@ -199,3 +202,54 @@ def test_price_all_prices_each_member(llama_decode):
     totals = [r.total_latency_s for r in pricer.price_all(members)]
     assert totals == [pricer.price(m).total_latency_s for m in members]
     assert totals[0] > totals[1] > totals[2]  # less bandwidth, more time
+
+
+def test_a_kept_price_is_what_pricing_anew_gives(llama_decode):
+    hw = llama_decode.mapping.hardware
+    members = [with_values(hw, {"hbm_efficiency": e}) for e in (0.55, 0.75)]
+    pricing.clear_prices()
+    fresh = [
+        r.total_latency_s
+        for r in AnchoredPricer(llama_decode.program, llama_decode.result, hw).price_all(members)
+    ]
+    kept = [
+        r.total_latency_s
+        for r in AnchoredPricer(llama_decode.program, llama_decode.result, hw).price_all(members)
+    ]
+    assert kept == fresh
+
+
+def test_prices_are_kept_by_the_member_and_the_point(llama_decode, monkeypatch):
+    """Change one part of a price's key (the member, the point hardware the anchor is taken at,
+    the point's simulated timing) and the kernel is priced again, to another answer."""
+    hw = llama_decode.mapping.hardware
+    program, result = llama_decode.program, llama_decode.result
+    member = with_values(hw, {"hbm_efficiency": 0.6})
+    base = AnchoredPricer(program, result, hw).price(member).total_latency_s
+    calls: list[str] = []
+    real = pricing.estimate
+
+    def counting(kernel, *args, **kwargs):
+        calls.append(kernel.name)
+        return real(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(pricing, "estimate", counting)
+    assert AnchoredPricer(program, result, hw).price(member).total_latency_s == base
+    anchors = len(calls)  # the new pricer's anchors at the point; every price was kept
+    other_member = with_values(hw, {"hbm_efficiency": 0.61})
+    assert AnchoredPricer(program, result, hw).price(other_member).total_latency_s != base
+    assert len(calls) > 2 * anchors
+    other_point = with_values(hw, {"gemm_efficiency": hw.calibration.gemm_efficiency * 0.9})
+    moved = AnchoredPricer(program, result, other_point).price(member).total_latency_s
+    assert moved != base
+    slower = dataclasses.replace(
+        result,
+        layers={
+            kind: dataclasses.replace(
+                lr,
+                kernels=[dataclasses.replace(t, pipeline_s=2 * t.pipeline_s) for t in lr.kernels],
+            )
+            for kind, lr in result.layers.items()
+        },
+    )
+    assert AnchoredPricer(program, slower, hw).price(member).total_latency_s > base

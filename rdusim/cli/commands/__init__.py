@@ -1,11 +1,12 @@
-"""The commands of `rdusim`, one module each (validate and calibrate share the evidence's):
+"""The commands of `rdusim`, one module each:
 
 - `model`: a model's parameter counts, KV bytes per token and one layer's ops;
 - `map`: compile and simulate a mapping, with the auto-mapper's search when asked;
 - `sweep`: a mapping over a grid of `--set` values;
 - `list`: the shipped hardware presets, models and mappings;
 - `reproduce`: the SnapStream paper's Tables 4 and 5;
-- `evidence`: `validate` (leave-one-out over the evidence) and `calibrate` (the posterior);
+- `validate`: leave-one-out over the public evidence, beside null models;
+- `calibrate`: the posterior of the calibrated parameters given the evidence;
 - `serve`: a request workload on a prefill and a decode mapping;
 - `fit`: how many models a node holds at once in DDR and HBM, and what a switch costs.
 
@@ -18,7 +19,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from rdusim.cli.commands import evidence, fit, list, map, model, reproduce, serve, sweep
+from rdusim.cli.commands import (
+    calibrate,
+    fit,
+    list,
+    map,
+    model,
+    reproduce,
+    serve,
+    sweep,
+    validate,
+)
 from rdusim.cli.options import Subparsers
 
 
@@ -29,4 +40,14 @@ class Command(Protocol):
 
 
 # in the order `rdusim --help` lists them
-COMMANDS: tuple[Command, ...] = (model, map, sweep, list, reproduce, evidence, serve, fit)
+COMMANDS: tuple[Command, ...] = (
+    model,
+    map,
+    sweep,
+    list,
+    reproduce,
+    validate,
+    calibrate,
+    serve,
+    fit,
+)

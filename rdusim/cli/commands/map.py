@@ -216,8 +216,6 @@ def _with_search_time(run: MapRun) -> dict[str, Any]:
 
 def _search_options(args: argparse.Namespace) -> SearchOptions | None:
     """The auto-mapper's options, refused when the mapping's kernels are written out."""
-    from rdusim.search.mapper import SearchOptions
-
     _check_search_values(args)
     given = [
         flag
@@ -238,6 +236,8 @@ def _search_options(args: argparse.Namespace) -> SearchOptions | None:
             key=given[0],
             fix="add --set kernels=auto to let the auto-mapper choose them",
         )
+    from rdusim.search.mapper import SearchOptions
+
     return SearchOptions(
         objective=Objective(args.objective) if args.objective else None,
         latency_bound_s=args.latency_bound,

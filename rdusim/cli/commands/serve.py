@@ -87,9 +87,10 @@ def register(sub: Subparsers) -> None:
     s.set_defaults(func=serve_command)
 
 
-# A rate as a user writes it: plain decimal or scientific notation, ASCII digits only.
-# Python's float() would also take `1_000`, `inf`, `nan` and non-ASCII digits.
-RATE_SYNTAX = re.compile(r"\+?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# A number as a user writes it: plain decimal or scientific notation, ASCII digits only, with a
+# sign (a negative number is a number, just not a rate). Python's float() would also take
+# `1_000`, `inf`, `nan` and non-ASCII digits.
+RATE_SYNTAX = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 def parse_rate(item: str) -> float:
@@ -170,9 +171,9 @@ def _check_points(
     from rdusim.serving.serve import workload_requests
     from rdusim.spec.mapping import load_mapping
 
-    served = served_models(workload, args.prefill, args.decode)
     for sets in dict.fromkeys(p.sets for p in points):
         overrides = [f"{k}={v}" for k, v in sets]
+        served = served_models(workload, args.prefill, args.decode, overrides)
         pairs = [
             (m.name, phase, mapping, [*m.overrides, *overrides, *extra])
             for m in served

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rdusim.cli.options import Subparsers, add_mapping, add_out, add_set, check_mapping_paths
+from rdusim.cli.progress import progress_bar
 from rdusim.errors import SpecError
 from rdusim.studies.executors import ExecutorKind
 
@@ -55,8 +56,6 @@ def register(sub: Subparsers) -> None:
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from rdusim.outputs import write_outputs
     from rdusim.studies import sweep
 
@@ -72,7 +71,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     sweep.check_points(args.mapping, points)
     if plot is not None:
         sweep.check_plot(*plot, sweep.columns(axes, []), kernels=True)
-    with tqdm(total=len(points), desc="sweep", unit="point", file=sys.stderr) as bar:
+    with progress_bar(len(points), "sweep", "point") as bar:
         rows = sweep.run_sweep(
             args.mapping,
             points,
@@ -127,8 +126,22 @@ def _sweep_files(
         sweep.check_plot(x, y, cols, kernels=infeasible == len(rows))
         groups = [a.key for a in axes if len(a.values) > 1 and a.key != x]
         title = f"{Path(args.mapping).stem}: {y} vs {x}"
-        files[out / "sweep.png"] = figure_bytes(sweep_figure(rows, x, y, groups, title), "png")
+        marks = _published(args.mapping, axes, rows, y)
+        figure = sweep_figure(rows, x, y, groups, title, published=marks)
+        files[out / "sweep.png"] = figure_bytes(figure, "png")
     return files
+
+
+def _published(
+    mapping: str, axes: Sequence[Any], rows: list[dict[str, Any]], y: str
+) -> list[tuple[int, float]]:
+    """The published figures of `y` at the sweep's points (rows follow the grid's order)."""
+    from rdusim.studies import sweep
+    from rdusim.studies.published import published_points
+
+    sets = [sweep.overrides(p) for p in sweep.grid(axes)]
+    ok = [sweep.is_ok(r) for r in rows]
+    return [(p.row, p.value) for p in published_points(mapping, sets, ok, y)]
 
 
 def _report_sweep(

@@ -1,5 +1,5 @@
-"""`rdusim validate` and `rdusim calibrate`: the model against the public evidence
-(leave-one-out, beside null models) and the posterior of its calibrated parameters."""
+"""`rdusim calibrate`: the posterior of the calibrated parameters given the public evidence, and
+with `--write` the ensemble and its median written into every hardware preset."""
 
 from __future__ import annotations
 
@@ -13,27 +13,6 @@ from rdusim.errors import SpecError
 
 
 def register(sub: Subparsers) -> None:
-    _register_validate(sub)
-    _register_calibrate(sub)
-
-
-def _register_validate(sub: Subparsers) -> None:
-    v = sub.add_parser(
-        "validate",
-        help="every fitted evidence item predicted without it (leave-one-out), with null "
-        "models; exit 1 when fewer than 80%% of the items fall inside their 90%% interval or "
-        "rdusim does not beat both null models",
-    )
-    add_json(v, help="print evidence, loo and readings as JSON")
-    v.add_argument(
-        "--strict",
-        action="store_true",
-        help="exit 1 on any item outside its 90%% interval, known misses included",
-    )
-    v.set_defaults(func=validate_command)
-
-
-def _register_calibrate(sub: Subparsers) -> None:
     from rdusim.validation.defaults import DRAWS, SEED
 
     c = sub.add_parser(
@@ -59,32 +38,6 @@ def _register_calibrate(sub: Subparsers) -> None:
     add_out(c, help="with --write: the folder to write into")
     add_json(c, help="print the posterior summary as JSON")
     c.set_defaults(func=calibrate_command)
-
-
-def validate_command(args: argparse.Namespace) -> int:
-    from rdusim.report.evidence import render_validation
-    from rdusim.validation.check import COVERAGE_GOAL, validate
-
-    progress = status_line()
-    try:
-        result = validate(progress=progress)
-    finally:
-        clear_status_line(progress)
-    data = result.as_dict()
-    if args.json:
-        print(dump_json(data), end="")
-    else:
-        print(render_validation(data))
-    loo = result.summary
-    sq = loo.sq_log_error
-    # a 90% interval misses one item in ten by design: single misses are listed, and the run
-    # fails on the coverage and the null models (or, with --strict, on any miss)
-    failed = loo.coverage_90 < COVERAGE_GOAL or not (
-        sq["rdusim"] < sq["null_constant"] and sq["rdusim"] < sq["null_roofline"]
-    )
-    if args.strict:
-        failed = failed or any(not p.inside_90 for p in result.predictions)
-    return 1 if failed else 0
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
