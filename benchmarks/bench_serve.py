@@ -1,16 +1,29 @@
-"""Wall time of `rdusim serve`'s request-level simulation: 10,000 requests on the paper's R1
-mappings, in under 10 s each.
+"""Speed of `rdusim serve`: requests per CPU-second at scale, and five workloads of 10,000.
 
 Run from the repository root:
 
     python benchmarks/bench_serve.py [--repeat 3] [--requests 10000]
+    python benchmarks/bench_serve.py --scale 100000,1000000 --scale-repeat 3 --cases 0
 
-Each case is timed twice: *cold*, from nothing (the graph times simulated, then the requests
-drawn, checked, run and summarised), and *warm*, the same run once the graph times are kept
-(what each further point of a `--rate` sweep costs). The occupied-step-cost case's cold run
-includes simulating its interpolation grid (35 decode graphs). Prints a markdown table of the median (and
-min/max) of `--repeat` warm runs, the cold run, and the run's throughput and TPOT as a sanity
-check; exits non-zero when a cold or warm median exceeds BUDGET_S.
+*Scale* (issue 20's figures): `rdusim serve --json` as a whole process, on R1 128K requests
+disaggregated 16+1 at 1 request/s with SnapStream (the shipped `r1_disaggregated` with more
+requests), each request count run `--scale-repeat` times. It reports the CPU time of the process
+(user + system, from the operating system, so other work on the machine does not count), the
+requests per CPU-second, and the peak memory (resident set). A point runs three simulations
+(the point and the two calibration members of its intervals) and draws the accepted tokens of
+every step once; a second table splits one 100,000-request point into its parts. Targets:
+TARGET_RATE requests per CPU-second, 1,000,000 requests in TARGET_1M_S CPU seconds and
+TARGET_MB of memory.
+
+*Cases*: each of five workloads of `--requests` requests is timed (CPU seconds of this process)
+twice: *cold*, from nothing
+(the graph times simulated, then the requests drawn, checked, run and summarised), and *warm*,
+the same run once the graph times are kept (what each further point of a `--rate` sweep costs).
+The occupied-step-cost case's cold run includes simulating its interpolation grid (35 decode
+graphs). Prints a markdown table of the median (and min/max) of `--repeat` warm runs, the cold
+run, and the run's throughput and TPOT as a sanity check.
+
+Exits non-zero when a cold or warm case exceeds BUDGET_S or a scale target is missed.
 """
 
 from __future__ import annotations
@@ -20,15 +33,21 @@ import datetime
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from rdusim.serving import step_times
 from rdusim.serving.serve import ServePoint, ServeRun, serve
 from rdusim.spec.workload import parse_workload
 
 BUDGET_S = 10.0
+TARGET_RATE = 100_000  # requests per CPU-second, a whole `rdusim serve`
+TARGET_1M_S = 15.0  # CPU seconds for 1,000,000 requests
+TARGET_MB = 1024.0  # peak memory, MB
 
 WORKLOAD = """
 name: {name}
@@ -97,7 +116,7 @@ CASES = (
 
 
 def one(case: Case, requests: int) -> tuple[float, ServeRun]:
-    """Seconds to serve one case's workload, and the run."""
+    """CPU seconds to serve one case's workload (a point with its intervals), and the run."""
     text = WORKLOAD.format(
         name=case.name,
         requests=requests,
@@ -106,27 +125,121 @@ def one(case: Case, requests: int) -> tuple[float, ServeRun]:
         output=case.output,
         deployment=case.deployment,
     )
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     run = serve("r1_prefill", "r1_decode", parse_workload(text), ServePoint(case.sets))
-    return time.perf_counter() - t0, run
+    return time.process_time() - t0, run
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=10_000)
-    opts = parser.parse_args()
+@dataclass(frozen=True)
+class Usage:
+    cpu_s: float  # user + system
+    peak_mb: float
+
+
+def scale_workload(requests: int) -> str:
+    return WORKLOAD.format(
+        name=f"r1-disaggregated-{requests}",
+        requests=requests,
+        rate=1.0,
+        prompt="{dist: fixed, value: 130048}",
+        output="{dist: fixed, value: 1024}",
+        deployment="{mode: disaggregated, prefill_nodes: 16, decode_nodes: 1}",
+    )
+
+
+def serve_process(workload: Path) -> Usage:
+    """`rdusim serve --json` in a process of its own: its CPU time and peak memory."""
+    argv = [sys.executable, "-m", "rdusim", "serve", "--prefill", "r1_prefill", "--decode"]
+    argv += ["r1_decode", "--workload", str(workload), "--json"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)  # ru_maxrss: kB on Linux
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"rdusim serve failed on {workload}")
+    return Usage(usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+
+
+def scale(counts: list[int], repeat: int) -> int:
+    """The scale table; how many targets were missed."""
+    print(f"R1 128K disaggregated 16+1, 1 req/s, SnapStream; CPU median of {repeat} processes\n")
     print(
-        f"{datetime.date.today()}, Python {platform.python_version()}, nproc {os.cpu_count()}, "
-        f"{opts.requests:,} requests per run, {opts.repeat} warm runs per case\n"
+        "| requests | CPU median (s) | min (s) | max (s) | requests per CPU-s | peak memory (MB) |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    missed = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in counts:
+            path = Path(tmp) / f"w{n}.yaml"
+            path.write_text(scale_workload(n), encoding="utf-8")
+            runs = [serve_process(path) for _ in range(repeat)]
+            cpu = statistics.median(u.cpu_s for u in runs)
+            peak = max(u.peak_mb for u in runs)
+            print(
+                f"| {n:,} | {cpu:.1f} | {min(u.cpu_s for u in runs):.1f} | "
+                f"{max(u.cpu_s for u in runs):.1f} | {n / cpu:,.0f} | {peak:,.0f} |"
+            )
+            if n / cpu < TARGET_RATE:
+                missed.append(f"{n:,} requests: {n / cpu:,.0f} requests per CPU-s")
+            if n >= 1_000_000 and cpu * 1_000_000 / n > TARGET_1M_S:
+                missed.append(f"{n:,} requests: {cpu:.1f} s CPU")
+            if peak > TARGET_MB:
+                missed.append(f"{n:,} requests: {peak:,.0f} MB")
+    print(
+        f"\ntargets: {TARGET_RATE:,} requests per CPU-s, 1,000,000 requests in "
+        f"{TARGET_1M_S:g} s CPU, {TARGET_MB:,.0f} MB; missed: {'; '.join(missed) or 'none'}"
+    )
+    return len(missed)
+
+
+def parts(requests: int) -> None:
+    """One point's parts, in this process: CPU seconds of each."""
+    from rdusim.serving import serve as S
+    from rdusim.serving.engine import RequestSet, drawn_steps_of, simulate_models
+    from rdusim.serving.metrics import summary
+
+    clock = time.process_time
+    workload = parse_workload(scale_workload(requests))
+    t0 = clock()
+    runs = S.model_runs("r1_prefill", "r1_decode", workload, ServePoint())
+    t1 = clock()
+    columns = S.workload_requests(workload, None)
+    S.check_requests(columns, runs[0].shape, workload)
+    shared = RequestSet(columns)
+    t2 = clock()
+    config = S.engine_config(workload.spec.deployment, runs[0].times.facts)
+    config = replace(config, seed=workload.spec.seed)
+    graphs = [r.graphs() for r in runs]
+    drawn_steps_of(shared, graphs, config.seed)
+    t3 = clock()
+    result = simulate_models(shared, graphs, config)
+    t4 = clock()
+    summary(result, workload.spec.slo)
+    t5 = clock()
+    one = t5 - t3
+    print(f"\none point of {requests:,} requests, CPU seconds by part (graph times cold):\n")
+    print(
+        "| graph times | requests | accepted-token draws | one run | its metrics | "
+        "run + metrics per CPU-s |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| {t1 - t0:.2f} | {t2 - t1:.2f} | {t3 - t2:.2f} | {t4 - t3:.2f} | {t5 - t4:.2f} | "
+        f"{requests / one:,.0f} |"
+    )
+
+
+def cases(requests: int, repeat: int) -> int:
+    """The five workloads' table; how many went over the budget."""
+    print(
+        f"{requests:,} requests per run, {repeat} warm runs per case (CPU time, a point "
+        "with its intervals)\n"
     )
     print("| case | cold (s) | warm median (s) | min (s) | max (s) | decode steps | simulated |")
     print("|---|---:|---:|---:|---:|---:|---|")
     over = 0
     for case in CASES:
         step_times._cached.cache_clear()
-        cold, run = one(case, opts.requests)
-        warm = [one(case, opts.requests)[0] for _ in range(opts.repeat)]
+        cold, run = one(case, requests)
+        warm = [one(case, requests)[0] for _ in range(repeat)]
         median = statistics.median(warm)
         over += cold > BUDGET_S or median > BUDGET_S
         m = run.metrics
@@ -138,8 +251,29 @@ def main() -> int:
             f"| {case.name} | {cold:.2f} | {median:.2f} | {min(warm):.2f} | {max(warm):.2f} | "
             f"{run.result.decode_steps:,} | {sim} |"
         )
-    print(f"\nbudget: {BUDGET_S:g} s per run, cold or warm")
-    return 1 if over else 0
+    print(f"\nbudget: {BUDGET_S:g} s CPU per run, cold or warm")
+    return over
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--cases", type=int, default=1, help="0: skip the five workloads")
+    parser.add_argument("--scale", default="100000,1000000", help="request counts ('': none)")
+    parser.add_argument("--scale-repeat", type=int, default=3)
+    parser.add_argument("--parts", type=int, default=100_000, help="0: skip the split")
+    opts = parser.parse_args()
+    print(f"{datetime.date.today()}, Python {platform.python_version()}, nproc {os.cpu_count()}\n")
+    bad = 0
+    if opts.scale:
+        bad += scale([int(n) for n in opts.scale.split(",")], opts.scale_repeat)
+    if opts.parts:
+        parts(opts.parts)
+    if opts.cases:
+        print()
+        bad += cases(opts.requests, opts.repeat)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -334,8 +334,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         METRICS,
-        "overlap = min(t1, edges[i + 1]) - max(t0, edges[i])",
-        "overlap = min(t1, edges[i + 1]) - t0",
+        "overlap = np.minimum(t1[k], edges[b + 1]) - np.maximum(t0[k], edges[b])",
+        "overlap = np.minimum(t1[k], edges[b + 1]) - t0[k]",
         "occupancy timeline: a bin's overlap from the interval's start",
     ),
     Mutant(
@@ -352,14 +352,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         METRICS,
-        "return rec.ttft_s <= slo.ttft_s and",
-        "return rec.ttft_s < slo.ttft_s and",
+        "(ttft <= slo.ttft_s)",
+        "(ttft < slo.ttft_s)",
         "SLO: a TTFT at the objective misses",
     ),
     Mutant(
         METRICS,
-        "(tpot is None or tpot <= slo.tpot_s)",
-        "(tpot is not None and tpot <= slo.tpot_s)",
+        "(np.isnan(tpot) | (tpot <= slo.tpot_s))",
+        "(~np.isnan(tpot) & (tpot <= slo.tpot_s))",
         "SLO: a one-token request misses",
     ),
     Mutant(METRICS, "PERCENTILES = (50, 90, 99)", "PERCENTILES = (50, 90, 95)", "p99 is p95"),

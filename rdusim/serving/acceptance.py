@@ -69,7 +69,11 @@ def sampled_steps(
 
 
 def drawn_steps(
-    tokens: Sequence[int], draft_tokens: int, acceptance: float, seed: int, stream: int = 0
+    tokens: Sequence[int] | np.ndarray,
+    draft_tokens: int,
+    acceptance: float,
+    seed: int,
+    stream: int = 0,
 ) -> np.ndarray:
     """Decode steps of each of several requests (`tokens`: each one's tokens after its first, in
     request-id order), drawn from the seed's acceptance stream: each request takes a block of

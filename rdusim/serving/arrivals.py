@@ -13,7 +13,7 @@ deployment, not the dice).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +38,55 @@ class Request:
     prompt_tokens: int
     output_tokens: int
     model: int = 0  # which of the workload's models it asks for (an index into `models:`)
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Many requests as columns (request i: `id[i]`, `arrival_s[i]`, ...), in the order given;
+    a million of them take tens of megabytes, not hundreds as `Request` objects."""
+
+    id: np.ndarray
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    model: np.ndarray
+
+    @classmethod
+    def of(cls, requests: Sequence[Request]) -> Requests:
+        return cls(
+            np.array([r.id for r in requests], dtype=np.int64),
+            np.array([r.arrival_s for r in requests], dtype=np.float64),
+            np.array([r.prompt_tokens for r in requests], dtype=np.int64),
+            np.array([r.output_tokens for r in requests], dtype=np.int64),
+            np.array([r.model for r in requests], dtype=np.int64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    def request(self, i: int) -> Request:
+        """Request i as an object."""
+        return Request(
+            int(self.id[i]),
+            float(self.arrival_s[i]),
+            int(self.prompt_tokens[i]),
+            int(self.output_tokens[i]),
+            int(self.model[i]),
+        )
+
+    def where(self, keep: np.ndarray) -> Requests:
+        """The requests `keep` (a mask or indices) selects, in order."""
+        return Requests(
+            self.id[keep],
+            self.arrival_s[keep],
+            self.prompt_tokens[keep],
+            self.output_tokens[keep],
+            self.model[keep],
+        )
+
+    def objects(self) -> list[Request]:
+        columns = (self.id, self.arrival_s, self.prompt_tokens, self.output_tokens, self.model)
+        return [Request(*row) for row in zip(*(c.tolist() for c in columns), strict=True)]
 
 
 @dataclass(frozen=True)
@@ -121,6 +170,12 @@ def _streams(seed: int, count: int) -> list[np.random.Generator]:
 
 
 def requests_of(workload: ResolvedWorkload, rate: float | None = None) -> list[Request]:
+    """The workload's requests in arrival order (`rate` replaces the spec's arrival rate),
+    as objects (`request_columns`)."""
+    return request_columns(workload, rate).objects()
+
+
+def request_columns(workload: ResolvedWorkload, rate: float | None = None) -> Requests:
     """The workload's requests in arrival order (`rate` replaces the spec's arrival rate).
 
     With several models, a fourth stream draws each request's model in proportion to the
@@ -128,7 +183,7 @@ def requests_of(workload: ResolvedWorkload, rate: float | None = None) -> list[R
     adding a model leaves the other streams as they were)."""
     spec = workload.spec
     if workload.trace is not None:
-        return _from_trace(workload.trace, spec)
+        return Requests.of(_from_trace(workload.trace, spec))
     classes = spec.models or []
     arrival_rng, prompt_rng, output_rng, model_rng, *own = _streams(spec.seed, 4 + 2 * len(classes))
     sampler = ARRIVALS[spec.arrival.process]
@@ -146,12 +201,13 @@ def requests_of(workload: ResolvedWorkload, rate: float | None = None) -> list[R
     outputs = _lengths(
         spec.output_tokens, [c.output_tokens for c in classes], models, output_rng, own[1::2]
     )
-    return [
-        Request(i, float(t), int(p), int(o), int(m))
-        for i, (t, p, o, m) in enumerate(
-            zip(times.tolist(), prompts.tolist(), outputs.tolist(), models.tolist(), strict=True)
-        )
-    ]
+    return Requests(
+        np.arange(n, dtype=np.int64),
+        np.asarray(times, dtype=np.float64),
+        np.asarray(prompts, dtype=np.int64),
+        np.asarray(outputs, dtype=np.int64),
+        np.asarray(models, dtype=np.int64),
+    )
 
 
 def _lengths(

@@ -30,8 +30,10 @@ in the prefill time and what leaves the prefill node is the compressed cache. Ea
 request takes adds the tokens the step accepts for it (drawn when the step verifies drafts:
 `rdusim.serving.acceptance`; else `tokens_per_step`, e.g. the paper's 2.4 at 80% in §5.2),
 and its slot frees at the end of the step that completes its output (`GraphShape.decode_steps`);
-a request whose cache arrives during a step joins at the next step boundary. Records keep every timestamp, so the
-metrics and the trace are computed afterwards from data, not from the engine's counters.
+a request whose cache arrives during a step joins at the next step boundary (one that arrives
+at the very instant a step ends joins at that boundary: a node acts after everything else that
+happens at an instant, `rdusim.serving.events`). Records keep every timestamp, so the metrics and
+the trace are computed afterwards from data, not from the engine's counters.
 
 **Many models** (colocated nodes only; `ModelGraphs`, one per model): each model has its own
 graphs, queue of waiting prompts and decode batch (its own slots) on every node, and a decode
@@ -45,25 +47,48 @@ flight are evicted until it fits, then its weight shard is loaded from DDR
 (`ModelGraphs.load_s`), during which the node runs nothing else. A model in flight is never
 evicted (its caches are in HBM), so when a waiting model can only fit by evicting some, those
 stop admitting prompts and drain first (the waiting model whose oldest prompt came first goes
-first). Each switch is a `SwitchRun`.
+first, until it is switched in or another node takes its prompts). Each switch is a `SwitchRun`.
+
+**Speed.** A run of decode steps during which nothing changes takes one event
+(`rdusim.serving.batch`): the batch and its step time change only when a request joins or
+completes, and the node's policy is asked how many steps it commits to (`Lookahead`), so the
+simulation costs a few events per request, not per step, with the times an event per step gives
+(`EngineConfig.coalesce_steps=False` runs that way, for comparison). Idle prefill nodes wait in
+a line, woken in the order they began waiting, and a cache's transfer is timed when it is queued
+on its link (first come, first served), so neither costs an event per waiting node.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import simpy
+from simpy.events import NORMAL, URGENT
 
 from rdusim.serving.acceptance import drawn_steps
-from rdusim.serving.arrivals import Request
+from rdusim.serving.arrivals import Request, Requests
+from rdusim.serving.batch import UNBOUNDED, DecodeBatch, Replan, cut, poke_all
+from rdusim.serving.events import Alarm, Ring, ServingEnvironment, node_priority
+from rdusim.serving.records import (
+    NAN,
+    DecodeRun,
+    PrefillRun,
+    RecordTable,
+    RequestRecord,
+    RequestSet,
+    RunLog,
+    SwitchRun,
+)
 from rdusim.serving.scheduler import (
     Action,
     Decode,
+    Lookahead,
     Policy,
     Prefill,
     SchedulerState,
@@ -74,6 +99,7 @@ from rdusim.serving.scheduler import (
 )
 from rdusim.serving.shape import GraphShape
 from rdusim.serving.step_times import StepTimes
+from rdusim.serving.turns import ModelTurns
 from rdusim.spec.workload import (
     DEFAULT_DECODE_STEPS_PER_PREFILL,
     DecodeStepCost,
@@ -81,8 +107,26 @@ from rdusim.spec.workload import (
     SchedulingPolicy,
 )
 
-NAN = float("nan")
+__all__ = [
+    "NAN",
+    "DecodeBatch",
+    "DecodeRun",
+    "Engine",
+    "EngineConfig",
+    "EngineResult",
+    "ModelGraphs",
+    "ModelTurns",
+    "PrefillRun",
+    "RecordTable",
+    "RequestRecord",
+    "RequestSet",
+    "SwitchRun",
+    "simulate_models",
+    "simulate_serving",
+]
+
 Process = Generator[simpy.Event, Any, None]
+Steps = Generator[simpy.Event, Any, tuple[int, list[RequestRecord]]]  # steps run, completed
 Progress = Callable[[int], None]  # told how many more requests completed
 PROGRESS_EVERY = 1000  # completions between two progress calls
 
@@ -105,6 +149,7 @@ class EngineConfig:
     hbm_budget: float = math.inf  # many models: bytes per socket the resident models share
     pinned: tuple[int, ...] = ()  # many models: models always resident (indices)
     prefill_chunk: int | None = None  # colocated: tokens of the static chunk graph
+    coalesce_steps: bool = True  # False: an event per decode step (the reference for tests)
 
     def colocated_policy(self) -> Policy:
         """The policy colocated nodes choose by: `scheduler` if given, else the one `policy`
@@ -126,86 +171,10 @@ class ModelGraphs:
     load_s: float = 0.0
 
 
-@dataclass(slots=True)
-class RequestRecord:
-    """One request's path through the deployment; NaN or -1 where it did not pass."""
-
-    id: int
-    arrival_s: float
-    prompt_tokens: int
-    output_tokens: int
-    model: int = 0  # index of the model it asks for
-    graph_len: int = 0  # the prefill graph it ran on
-    prefill_node: int = -1
-    prefill_start_s: float = NAN
-    first_token_s: float = NAN
-    decode_node: int = -1  # colocated: its node
-    slot: int = -1
-    slot_from_s: float = NAN  # when its slot was reserved
-    transfer_start_s: float = NAN  # disaggregated: its cache on the link
-    transfer_end_s: float = NAN
-    last_token_s: float = NAN  # also when its slot frees
-    join_step: int = -1  # decode steps its node had run when it joined
-    steps: int = 0  # decode steps it took
-    completions: int = 0  # times it completed (exactly once, or the engine has a bug)
-
-    @property
-    def ttft_s(self) -> float:
-        return self.first_token_s - self.arrival_s
-
-    @property
-    def e2e_s(self) -> float:
-        return self.last_token_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> float | None:
-        """Time per output token after the first (None for a one-token output)."""
-        if self.output_tokens <= 1:
-            return None
-        return (self.last_token_s - self.first_token_s) / (self.output_tokens - 1)
-
-
-@dataclass(frozen=True)
-class PrefillRun:
-    node: int
-    start_s: float
-    end_s: float
-    graph_len: int
-    requests: tuple[int, ...]
-    model: int = 0
-    chunk: int = -1  # chunked prefill: which chunk of the prompts (-1: whole prompts)
-
-
-@dataclass
-class DecodeRun:
-    """Consecutive decode steps of one node's batch of one model, merged."""
-
-    node: int
-    start_s: float
-    end_s: float
-    steps: int
-    model: int = 0
-
-
-@dataclass(frozen=True)
-class SwitchRun:
-    """A node loading `model`'s weights into HBM, in place of the `evicted` models."""
-
-    node: int
-    start_s: float
-    end_s: float
-    model: int
-    evicted: tuple[int, ...]
-
-
 @dataclass
 class EngineResult:
-    records: list[RequestRecord]
-    prefills: list[PrefillRun]
-    decode_runs: list[DecodeRun]
-    occupancy: list[tuple[float, int, int]]  # (time, decode batch, occupied slots) on change
-    slot_steps: int  # occupied slots summed over every decode step
-    decode_steps: int
+    table: RecordTable  # every request's record, as columns
+    log: RunLog  # the graph executions and occupancy changes, as columns
     decode_node_count: int
     slots_per_node: int
     config: EngineConfig
@@ -213,11 +182,43 @@ class EngineResult:
     decode_step_s: float  # the static graph's step time
     prefill_s: dict[int, float] = field(default_factory=dict)  # per graph length
     models: list[ModelGraphs] = field(default_factory=list)
-    switches: list[SwitchRun] = field(default_factory=list)
     # per model: its prefill graphs' times, by length (those the run used)
     model_prefill_s: list[dict[int, float]] = field(default_factory=list)
     static_step_s: list[float] = field(default_factory=list)  # per model: its graph's step
     model_chunk_s: list[dict[int, float]] = field(default_factory=list)  # per model, by chunk
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        """Every request's record, in id order (objects built from `table` on each call)."""
+        return self.table.records()
+
+    @property
+    def prefills(self) -> list[PrefillRun]:
+        """Every prefill graph execution (objects built from `log` on each call)."""
+        return self.log.prefills()
+
+    @property
+    def decode_runs(self) -> list[DecodeRun]:
+        """The runs of consecutive decode steps of each batch (built on each call)."""
+        return self.log.decode_runs()
+
+    @property
+    def occupancy(self) -> list[tuple[float, int, int]]:
+        """(time, decode batch, occupied slots) at each change (built on each call)."""
+        return self.log.occupancy()
+
+    @property
+    def switches(self) -> list[SwitchRun]:
+        return self.log.switches
+
+    @property
+    def slot_steps(self) -> int:
+        """Occupied slots summed over every decode step."""
+        return self.log.slot_steps
+
+    @property
+    def decode_steps(self) -> int:
+        return self.log.decode_steps
 
     def batch_model(self, batch: int) -> int:
         """The model of a decode batch (the batches are numbered node by node, a model each)."""
@@ -234,209 +235,12 @@ class EngineResult:
         return self.decode_node_count * max(1, len(self.models))
 
 
-class Signal:
-    """A reusable wake-up: processes wait on `wait()`; `fire()` wakes them all."""
-
-    def __init__(self, env: simpy.Environment) -> None:
-        self.env = env
-        self.event = env.event()
-
-    def wait(self) -> simpy.Event:
-        return self.event
-
-    def fire(self) -> None:
-        if not self.event.triggered:
-            self.event.succeed()
-            self.event = self.env.event()
-
-
-class DecodeBatch:
-    """The static decode graph of one model on one node: its slots, the requests decoding in
-    them, its steps."""
-
-    def __init__(self, engine: Engine, node: int, model: int = 0) -> None:
-        self.engine = engine
-        self.node = node
-        self.model = model
-        self.index = node * len(engine.models) + model  # its number in the occupancy records
-        self.graphs = engine.models[model]
-        self.shape = self.graphs.shape
-        self.static_step_s = engine.static_step_s[model]
-        self.free = list(range(self.shape.decode_slots))  # a heap: the lowest slot first
-        self.steps = 0
-        self.active = 0
-        self.pending: list[RequestRecord] = []  # arrived caches, joining at the next step
-        self._finish: list[tuple[int, int, RequestRecord]] = []  # (step, id, record)
-        self._cache: list[tuple[float, int]] = []  # (-cache key, id), stale entries skipped
-        self.running: dict[int, RequestRecord] = {}  # requests in the batch, by id
-        self._last_run: DecodeRun | None = None
-
-    def reserve(self) -> int:
-        return heapq.heappop(self.free)
-
-    def release(self, slot: int) -> None:
-        heapq.heappush(self.free, slot)
-
-    def admit(self, now: float) -> None:
-        """Bring the requests whose caches have arrived into the batch (a step boundary)."""
-        if not self.pending:
-            return
-        shape = self.shape
-        for rec in self.pending:
-            rec.join_step = self.steps
-            steps = self.engine.steps_of(rec)
-            heapq.heappush(self._finish, (self.steps + steps, rec.id, rec))
-            # its cache during global step s is key + s * tokens_per_step (see step_s)
-            key = shape.kv_tokens(rec.prompt_tokens) + 1 - (self.steps + 1) * shape.tokens_per_step
-            heapq.heappush(self._cache, (-key, rec.id))
-            self.running[rec.id] = rec
-        self.active += len(self.pending)
-        self.pending.clear()
-        self.engine.occupancy.append((now, self.index, self.active))
-
-    def step_s(self) -> float:
-        """The next step's time: the static graph's, or its occupied slots at their longest."""
-        if self.engine.config.step_cost == DecodeStepCost.STATIC:
-            return self.static_step_s
-        while self._cache[0][1] not in self.running:
-            heapq.heappop(self._cache)
-        shape = self.shape
-        longest = -self._cache[0][0] + (self.steps + 1) * shape.tokens_per_step
-        cache_len = min(shape.cache_len, math.ceil(longest - 1e-9))
-        return self.graphs.times.decode_step_s(self.active, cache_len)
-
-    def step(self, start: float, now: float) -> list[RequestRecord]:
-        """Account one finished step: the requests it completed, their slots still held."""
-        self.steps += 1
-        self.engine.slot_steps += self.active
-        self.engine.decode_steps += 1
-        run = self._last_run
-        if run is not None and run.end_s == start:
-            run.end_s, run.steps = now, run.steps + 1
-        else:
-            self._last_run = DecodeRun(self.node, start, now, 1, self.model)
-            self.engine.decode_runs.append(self._last_run)
-        done = []
-        while self._finish and self._finish[0][0] == self.steps:
-            _, _, rec = heapq.heappop(self._finish)
-            rec.steps = self.steps - rec.join_step
-            rec.last_token_s = now
-            del self.running[rec.id]
-            done.append(rec)
-        if done:
-            self.active -= len(done)
-            self.engine.occupancy.append((now, self.index, self.active))
-        return done
-
-
-class ModelTurns:
-    """Which model a colocated node runs next, and what its HBM holds (see the module's
-    docstring: round robin over the models with work; LRU switching; draining)."""
-
-    def __init__(self, engine: Engine, node: int) -> None:
-        self.engine = engine
-        self.node = node
-        models = engine.models
-        self.count = len(models)
-        self.pinned = set(engine.config.pinned)
-        self.resident = [False] * self.count
-        self.last_used = [0.0] * self.count
-        used = 0.0
-        for m in [*sorted(self.pinned), *(i for i in range(self.count) if i not in self.pinned)]:
-            if used + models[m].hbm_bytes > engine.config.hbm_budget:
-                if m in self.pinned:
-                    raise ValueError(f"the pinned models do not fit the HBM budget ({m})")
-                break
-            self.resident[m] = True
-            used += models[m].hbm_bytes
-        self.turn = self.count - 1  # the model served last: the first turn is model 0's
-        self.draining: frozenset[int] = frozenset()
-        self.claim = -1  # the waiting model the draining ones make room for (-1: none)
-
-    def _busy(self, m: int) -> bool:
-        return self.engine.batches[self.node][m].active > 0
-
-    def _has_work(self, m: int) -> bool:
-        """Requests in flight, or waiting ones it may admit (a draining model admits none)."""
-        return self._busy(m) or (len(self.engine.queues[m]) > 0 and m not in self.draining)
-
-    def with_work(self) -> set[int]:
-        """The models with requests in flight or waiting ones they may admit."""
-        return {m for m in range(self.count) if self._has_work(m)}
-
-    def _room(self) -> float:
-        used = sum(self.engine.models[m].hbm_bytes for m in range(self.count) if self.resident[m])
-        return self.engine.config.hbm_budget - used
-
-    def victims(self, m: int, idle_only: bool) -> list[int] | None:
-        """The resident models to evict, least recently used first, for `m` to fit (only those
-        without requests in flight if `idle_only`); None if it cannot fit so."""
-        need = self.engine.models[m].hbm_bytes - self._room()
-        order = sorted(
-            (i for i in range(self.count) if self.resident[i] and i not in self.pinned),
-            key=lambda i: (self.last_used[i], i),
-        )
-        out: list[int] = []
-        for i in order:
-            if need <= 1e-9:
-                break
-            if idle_only and self._busy(i):
-                continue
-            out.append(i)
-            need -= self.engine.models[i].hbm_bytes
-        return out if need <= 1e-9 else None
-
-    def next(self) -> int | None:
-        """The next model to run (round robin over those with work that are resident or can
-        be switched in now), or None when no model has work. Sets `draining`."""
-        if self.count == 1:
-            return 0
-        self._update_draining()
-        for k in range(1, self.count + 1):
-            m = (self.turn + k) % self.count
-            if not self._has_work(m):
-                continue
-            if self.resident[m] or self.victims(m, idle_only=True) is not None:
-                self.turn = m
-                return m
-        return None
-
-    def _update_draining(self) -> None:
-        """The models that stop admitting prompts so that the longest-waiting model that cannot
-        be switched in yet will fit once they drain. The choice holds until that model is
-        switched in (victims chosen afresh at every decision would take turns draining, and
-        none would empty)."""
-        if self.claim >= 0 and not self.resident[self.claim]:
-            return
-        self.claim = -1
-        queues = self.engine.queues
-        blocked = [
-            m
-            for m in range(self.count)
-            if not self.resident[m] and queues[m] and self.victims(m, idle_only=True) is None
-        ]
-        if not blocked:
-            self.draining = frozenset()
-            return
-        first = min(blocked, key=lambda m: (queues[m][0].arrival_s, queues[m][0].id))
-        self.claim = first
-        self.draining = frozenset(self.victims(first, idle_only=False) or ())
-
-    def switch_in(self, m: int) -> tuple[int, ...]:
-        """Evict what `m` needs (idle, least recently used first) and mark it resident."""
-        evicted = tuple(self.victims(m, idle_only=True) or ())
-        for i in evicted:
-            self.resident[i] = False
-        self.resident[m] = True
-        return evicted
-
-
 class Engine:
     """One simulation run; build it and call `run()` once."""
 
     def __init__(
         self,
-        requests: Sequence[Request],
+        requests: Sequence[Request] | Requests | RequestSet,
         models: Sequence[ModelGraphs],
         config: EngineConfig,
         progress: Progress | None = None,
@@ -445,16 +249,15 @@ class Engine:
             raise ValueError("a deployment serves at least one model")
         if len(models) > 1 and config.mode != DeploymentMode.COLOCATED:
             raise ValueError("many models are served on colocated nodes only")
-        self.env = simpy.Environment()
+        self.env = ServingEnvironment()
         self.progress = progress
         self.models = list(models)
         self.shape = models[0].shape
         self.times = models[0].times
         self.config = config
-        self.records = [
-            RequestRecord(r.id, r.arrival_s, r.prompt_tokens, r.output_tokens, r.model)
-            for r in sorted(requests, key=lambda r: (r.arrival_s, r.id))
-        ]
+        self.most = UNBOUNDED if config.coalesce_steps else 1  # steps a stretch may take
+        self.requests = requests if isinstance(requests, RequestSet) else RequestSet(requests)
+        self.table = RecordTable(self.requests)
         self.prefill_s: list[dict[int, float]] = [{} for _ in models]  # filled on first use
         self.chunk_s: list[dict[int, float]] = [{} for _ in models]  # by chunk index
         self.static_step_s = [
@@ -462,54 +265,108 @@ class Engine:
         ]
         self.queues: list[deque[RequestRecord]] = [deque() for _ in models]  # waiting prefill
         self.queue = self.queues[0]
-        self._drawn = _drawn_steps(self.records, self.models, config.seed)
-        self.arrived = Signal(self.env)
-        self.prefills: list[PrefillRun] = []
-        self.decode_runs: list[DecodeRun] = []
-        self.switches: list[SwitchRun] = []
-        self.occupancy: list[tuple[float, int, int]] = []
-        self.slot_steps = 0
-        self.decode_steps = 0
+        self._drawn = drawn_steps_of(self.requests, self.models, config.seed)
+        self.log = RunLog()
         self.completed = 0
+        self.alarms: list[Alarm] = []  # each colocated or decode node's
+        self.sleepers: list[Alarm] = []  # colocated nodes waiting for a prompt, in that order
         if config.mode == DeploymentMode.COLOCATED:
-            self.batches = [
-                [DecodeBatch(self, i, m) for m in range(len(models))] for i in range(config.nodes)
-            ]
-            for i in range(config.nodes):
-                self.env.process(self._colocated(i))
+            self._build_colocated()
         else:
-            self.batches = [[DecodeBatch(self, i)] for i in range(config.decode_nodes)]
-            self.ready: deque[RequestRecord] = deque()  # prefilled, waiting for a decode slot
-            self.held = [0] * config.prefill_nodes  # caches each prefill node holds
-            self.released = [Signal(self.env) for _ in range(config.prefill_nodes)]
-            self.joined = [Signal(self.env) for _ in range(config.decode_nodes)]
-            self.links = [simpy.Resource(self.env, 1) for _ in range(config.decode_nodes)]
-            for i in range(config.prefill_nodes):
-                self.env.process(self._prefill_node(i))
-            for i in range(config.decode_nodes):
-                self.env.process(self._decode_node(i))
-        self.env.process(self._arrivals())
+            self._build_disaggregated()
+        self.arrived_count = 0  # requests arrived so far, in arrival order
+        self.env.at(0, URGENT).callbacks.append(lambda _: self._arrivals())  # after the nodes
+
+    def _batches(self, node: int, rank: int) -> list[DecodeBatch]:
+        """A node's decode batches, one per model, waking at the node's priority."""
+        alarm = Alarm(self.env, node_priority(rank))
+        self.alarms.append(alarm)
+        return [
+            DecodeBatch(
+                self.env,
+                self.log,
+                (node, m, node * len(self.models) + m),
+                g.shape,
+                g.times,
+                self.static_step_s[m],
+                self.config.step_cost,
+                self.steps_of,
+                alarm,
+            )
+            for m, g in enumerate(self.models)
+        ]
+
+    def _build_colocated(self) -> None:
+        self.batches = [self._batches(i, i) for i in range(self.config.nodes)]
+        self.stretchable = [b for node in self.batches for b in node]  # poked by the queues
+        for i in range(self.config.nodes):
+            self.env.process(self._colocated(i))
+
+    def _build_disaggregated(self) -> None:
+        cfg = self.config
+        self.stretchable = []
+        self.batches = [self._batches(i, cfg.prefill_nodes + i) for i in range(cfg.decode_nodes)]
+        self.ready: deque[RequestRecord] = deque()  # prefilled, waiting for a decode slot
+        self.held = [0] * cfg.prefill_nodes  # caches each prefill node holds
+        self.idle: deque[int] = deque(range(cfg.prefill_nodes))  # in the order they began waiting
+        self.is_idle = [True] * cfg.prefill_nodes
+        self.link_free = [0.0] * cfg.decode_nodes  # when each decode node's link is next free
+        decoding = [b[0] for b in self.batches]
+        self._stepped = [_call(self._decode_stretch_end, b) for b in decoding]
+        self._woken = [_call(self._decode_node, b) for b in decoding]
+        for batch in decoding:
+            self._decode_node(batch)
 
     # --- shared -----------------------------------------------------------------------------
 
     def steps_of(self, rec: RequestRecord) -> int:
         """Decode steps the request takes: drawn before the run when steps verify drafts
         (`rdusim.serving.acceptance`), else at the mean rate."""
-        if self._drawn is not None and rec.id in self._drawn:
-            return self._drawn[rec.id]
+        if self._drawn is not None:
+            steps = self._drawn[self.requests.row(rec.id)]
+            if steps >= 0:
+                return steps
         return self.models[rec.model].shape.decode_steps(rec.output_tokens)
 
-    def _arrivals(self) -> Process:
-        env = self.env
-        for rec in self.records:
-            if rec.arrival_s > env.now:
-                yield env.timeout(rec.arrival_s - env.now)
-            self.queues[rec.model].append(rec)
-            self.arrived.fire()
+    def _arrivals(self, due: object = None) -> None:
+        """The requests of this instant join their models' queues (the one the event was due
+        for, and those arriving no later than now), whoever waits for prompts is told, and the
+        next arrival is scheduled (as simpy's timeout would: now + the gap)."""
+        env, queues, a = self.env, self.queues, self.requests.arriving
+        ids, times, prompts, outputs, models = (
+            a["id"],
+            a["arrival_s"],
+            a["prompt_tokens"],
+            a["output_tokens"],
+            a["model"],
+        )
+        first = i = self.arrived_count
+        now, n = env.now, len(ids)
+        while i < n and ((due is not None and i == first) or not times[i] > now):
+            m = models[i]
+            queues[m].append(RequestRecord(ids[i], times[i], prompts[i], outputs[i], m))
+            i += 1
+        if i > first:
+            self.arrived_count = i
+            self._arrived()
+        if i < n:
+            env.at(now + (times[i] - now), NORMAL).callbacks.append(self._arrivals)
+
+    def _arrived(self) -> None:
+        if self.config.mode == DeploymentMode.COLOCATED:
+            for alarm in self.sleepers:
+                alarm.wake()
+            self.sleepers.clear()
+            poke_all(self.stretchable)
+        elif self.queue:
+            self._wake_idle()
 
     def _take_prompts(self, most: int, model: int = 0) -> list[RequestRecord]:
         queue = self.queues[model]
-        return [queue.popleft() for _ in range(min(most, len(queue)))]
+        taken = [queue.popleft() for _ in range(min(most, len(queue)))]
+        if self.stretchable:
+            poke_all(self.stretchable)
+        return taken
 
     def graph_s(self, model: int, graph_len: int) -> float:
         """One execution of `model`'s prefill graph of `graph_len` tokens (asked once)."""
@@ -518,42 +375,66 @@ class Engine:
             known[graph_len] = self.models[model].times.prefill_s(graph_len)
         return known[graph_len]
 
-    def _prefill(self, node: int, group: list[RequestRecord], model: int = 0) -> Process:
-        """Run the prefill graph that holds the group's longest prompt."""
-        env = self.env
+    def _start_prefill(self, node: int, group: list[RequestRecord], model: int = 0) -> int:
+        """Start the prefill graph that holds the group's longest prompt; its length."""
         shape = self.models[model].shape
-        graph = max(shape.graph_len(r.prompt_tokens) for r in group)
-        start = env.now
+        graph = shape.graph_len(max(r.prompt_tokens for r in group))  # lengths only grow
+        start = self.env.now
         for rec in group:
             rec.prefill_node, rec.prefill_start_s, rec.graph_len = node, start, graph
-        yield env.timeout(self.graph_s(model, graph))
-        self.prefills.append(
-            PrefillRun(node, start, env.now, graph, tuple(r.id for r in group), model)
-        )
+        return graph
+
+    def _prefilled(
+        self, node: int, group: list[RequestRecord], start: float, graph: int, model: int = 0
+    ) -> None:
+        """The group's prefill graph has run: its first tokens are out."""
+        now = self.env.now
+        self.log.add_prefill(node, start, now, graph, [r.id for r in group], model)
         for rec in group:
-            rec.first_token_s = env.now
+            rec.first_token_s = now
 
     def _complete(self, rec: RequestRecord) -> None:
         rec.completions += 1
+        self.table.store(rec)
         self.completed += 1
         if self.progress is not None and self.completed % PROGRESS_EVERY == 0:
             self.progress(PROGRESS_EVERY)
+
+    def _decode_steps(self, batch: DecodeBatch, most: int, replan: Replan = cut) -> Steps:
+        """Up to `most` steps of `batch` (fewer if a request completes or a poke cuts them);
+        the requests they complete free their slots. Returns how many steps ran, and those
+        requests."""
+        yield batch.plan(most, replan)
+        steps = batch.stretch.steps if batch.stretch is not None else 0
+        done = batch.finish()
+        for rec in done:
+            batch.release(rec.slot)
+            self._complete(rec)
+        return steps, done
 
     # --- colocated --------------------------------------------------------------------------
 
     def _colocated(self, node: int) -> Process:
         """The node's loop: take the next model's turn (switching it in if it is not resident),
-        ask the policy what to run of it, run it. This is the loop every step goes through."""
+        ask the policy what to run of it, run it. Every decision goes through it; the decode
+        steps the policy commits to in a row are one pass (`_ahead`)."""
         env = self.env
         policy = self.config.colocated_policy()
-        turns = ModelTurns(self, node)
+        ahead = policy if self.config.coalesce_steps and isinstance(policy, Lookahead) else None
+        turns = ModelTurns(
+            self.models,
+            self.config.hbm_budget,
+            self.config.pinned,
+            self.batches[node],
+            self.queues,
+        )
         last = [Action.WAIT] * len(self.models)
         since = [0] * len(self.models)
         waited: set[int] = set()  # models whose policy chose to wait since the node last ran
         while True:
             m = turns.next()
             if m is None:
-                yield self.arrived.wait()
+                yield self._sleep(node)
                 continue
             if not turns.resident[m]:
                 yield from self._switch(turns, m)
@@ -570,23 +451,17 @@ class Engine:
             )
             decision = policy.choose(state)
             if isinstance(decision, Prefill):
-                chunk = self.config.prefill_chunk
-                check_prefill(decision, state, chunk)
-                group = self._take_chosen(decision.requests, m)
-                whole = decision.chunk_tokens or chunk or 0
-                if chunk is not None and any(r.prompt_tokens > whole for r in group):
-                    yield from self._chunked_prefill(batch, group, chunk)
-                else:
-                    yield from self._colocated_prefill(batch, group)
+                yield from self._colocated_prefill(batch, decision, state)
                 since[m] = 0
             elif isinstance(decision, Decode):
-                yield from self._decode_step(batch)
-                since[m] += 1
+                most, replan = self._ahead(ahead, state, turns, batch)
+                steps, _ = yield from self._decode_steps(batch, most, replan)
+                since[m] += steps
             elif isinstance(decision, Wait):
                 waited.add(m)
                 if waited >= turns.with_work():  # nothing to run on any model: wait
                     waited.clear()
-                    yield self.arrived.wait()
+                    yield self._sleep(node)
             else:
                 raise TypeError(f"a policy chose {decision!r}, not a Prefill, Decode or Wait")
             if not isinstance(decision, Wait):
@@ -594,13 +469,65 @@ class Engine:
             last[m] = decision.action
             turns.last_used[m] = env.now
 
-    def _decode_step(self, batch: DecodeBatch) -> Process:
-        """One step of `batch`; the requests it completes free their slots."""
-        start = self.env.now
-        yield self.env.timeout(batch.step_s())
-        for rec in batch.step(start, self.env.now):
-            batch.release(rec.slot)
-            self._complete(rec)
+    def _sleep(self, node: int) -> Ring:
+        """Wait for the next prompt to arrive."""
+        self.sleepers.append(self.alarms[node])
+        return self.alarms[node].sleep()
+
+    def _ahead(
+        self,
+        policy: Lookahead | None,
+        state: SchedulerState,
+        turns: ModelTurns,
+        batch: DecodeBatch,
+    ) -> tuple[int, Replan]:
+        """How many decode steps the node's policy commits to from `state` (one, unless it
+        says, `Lookahead`, and no other model can take a turn meanwhile), and how to re-plan
+        them when a queue changes (with one model: ask the policy again, as of the boundary;
+        with several: stop at the boundary and take the turn afresh)."""
+        if policy is None or not turns.sole(batch.model):
+            return 1, cut
+        most = max(1, policy.decodes_ahead(state))
+        if turns.count > 1:
+            return most, cut
+
+        def replan(first: int) -> int:
+            later = SchedulerState(
+                batch.bound(first),
+                state.node,
+                state.waiting,
+                state.free_slots,
+                state.running,
+                state.prefill_batch,
+                state.steps_since_prefill + first,
+                Action.DECODE,
+            )
+            return first + policy.decodes_ahead(later)
+
+        return most, replan
+
+    def _colocated_prefill(
+        self, batch: DecodeBatch, decision: Prefill, state: SchedulerState
+    ) -> Process:
+        """Prefill the chosen requests into free slots of `batch`'s node, whole or in chunks;
+        they join its batch."""
+        chunk = self.config.prefill_chunk
+        check_prefill(decision, state, chunk)
+        group = self._take_chosen(decision.requests, batch.model)
+        whole = decision.chunk_tokens or chunk or 0
+        if chunk is not None and any(r.prompt_tokens > whole for r in group):
+            yield from self._chunked_prefill(batch, group, chunk)
+            return
+        env, node = self.env, batch.node
+        for rec in group:
+            rec.decode_node, rec.slot, rec.slot_from_s = node, batch.reserve(), env.now
+        start = env.now
+        graph = self._start_prefill(node, group, batch.model)
+        yield env.after(self.graph_s(batch.model, graph), batch.alarm.priority)
+        self._prefilled(node, group, start, graph, batch.model)
+        for rec in group:
+            self._first_token(batch, rec)
+        batch.admit(env.now)
 
     def _chunk_s(self, model: int, index: int, tokens: int) -> float:
         known = self.chunk_s[model]
@@ -622,15 +549,15 @@ class Engine:
             rec.graph_len = count * tokens
         for k in range(max(chunks)):
             start = env.now
-            yield env.timeout(self._chunk_s(m, k, tokens))
+            yield env.after(self._chunk_s(m, k, tokens), batch.alarm.priority)
             ids = tuple(r.id for r, c in zip(group, chunks, strict=True) if c > k)
-            self.prefills.append(PrefillRun(node, start, env.now, tokens, ids, m, k))
+            self.log.add_prefill(node, start, env.now, tokens, ids, m, k)
             for rec, count in zip(group, chunks, strict=True):
                 if count == k + 1:
                     self._first_token(batch, rec)
             batch.admit(env.now)
             if k + 1 < max(chunks) and batch.active:
-                yield from self._decode_step(batch)
+                yield from self._decode_steps(batch, 1)
 
     def _first_token(self, batch: DecodeBatch, rec: RequestRecord) -> None:
         """A request's prefill is done: its first token leaves, and it completes (one token)
@@ -648,8 +575,9 @@ class Engine:
         nothing else meanwhile."""
         start = self.env.now
         evicted = turns.switch_in(m)
-        yield self.env.timeout(self.models[m].load_s)
-        self.switches.append(SwitchRun(turns.node, start, self.env.now, m, evicted))
+        yield self.env.after(self.models[m].load_s, turns.batches[m].alarm.priority)
+        node = turns.batches[m].node
+        self.log.switches.append(SwitchRun(node, start, self.env.now, m, evicted))
 
     def _take_chosen(self, chosen: Sequence[WaitingRequest], model: int = 0) -> list[RequestRecord]:
         """Take the chosen requests out of the queue, in the chosen order (the longest-waiting
@@ -662,50 +590,77 @@ class Engine:
         kept = [r for r in queue if id(r) not in wanted]
         queue.clear()
         queue.extend(kept)
+        poke_all(self.stretchable)
         return taken
-
-    def _colocated_prefill(self, batch: DecodeBatch, group: list[RequestRecord]) -> Process:
-        """Prefill `group` into free slots of `batch`'s node; the requests join its batch."""
-        env, node = self.env, batch.node
-        for rec in group:
-            rec.decode_node, rec.slot, rec.slot_from_s = node, batch.reserve(), env.now
-        yield from self._prefill(node, group, batch.model)
-        for rec in group:
-            self._first_token(batch, rec)
-        batch.admit(env.now)
 
     # --- disaggregated ----------------------------------------------------------------------
 
-    def _prefill_node(self, node: int) -> Process:
-        env, shape = self.env, self.shape
-        room = shape.prefill_batch + shape.prefill_hold
-        while True:
-            most = min(shape.prefill_batch, room - self.held[node])
-            if not self.queue or most < 1:
-                yield env.any_of([self.arrived.wait(), self.released[node].wait()])
-                continue
-            group = self._take_prompts(most)
-            yield from self._prefill(node, group)
-            for rec in group:
-                if rec.output_tokens <= 1:
-                    rec.last_token_s = env.now
-                    self._complete(rec)
-                else:
-                    self.held[node] += 1
-                    self.ready.append(rec)
-            self._dispatch()
+    def _try_prefill(self, node: int) -> bool:
+        """Start a prefill on an idle prefill node if a prompt waits and the node has room for
+        its cache (it holds at most `prefill_batch + prefill_hold`); whether it started."""
+        if not self.queue:
+            return False
+        shape = self.shape
+        most = min(shape.prefill_batch, shape.prefill_batch + shape.prefill_hold - self.held[node])
+        if most < 1:
+            return False
+        group = self._take_prompts(most)
+        start = self.env.now
+        graph = self._start_prefill(node, group)
+        done = self.env.after(self.graph_s(0, graph), node_priority(node))
+        done.callbacks.append(lambda _: self._prefill_done(node, group, start, graph))
+        return True
+
+    def _prefill_done(
+        self, node: int, group: list[RequestRecord], start: float, graph: int
+    ) -> None:
+        """A prefill node's graph has run: one-token requests are done, the others' caches wait
+        for a decode slot; the node takes its next prompts or waits in line."""
+        self._prefilled(node, group, start, graph)
+        for rec in group:
+            if rec.output_tokens <= 1:
+                rec.last_token_s = self.env.now
+                self._complete(rec)
+            else:
+                self.held[node] += 1
+                self.ready.append(rec)
+        self._dispatch()
+        if not self._try_prefill(node):
+            self.idle.append(node)
+            self.is_idle[node] = True
+
+    def _wake_idle(self) -> None:
+        """Prompts arrived: the idle prefill nodes take them, in the order they began waiting
+        (the others keep their places)."""
+        idle = self.idle
+        started = []
+        for node in idle:
+            if not self.queue:
+                break
+            if self._try_prefill(node):
+                started.append(node)
+        for node in started:
+            idle.remove(node)
+            self.is_idle[node] = False
 
     def _dispatch(self) -> None:
         """Give prefilled caches, first come first served, to decode nodes with a free slot."""
         while self.ready:
-            batch = max((b[0] for b in self.batches), key=lambda b: (len(b.free), -b.node))
+            if len(self.batches) == 1:
+                batch = self.batches[0][0]
+            else:
+                batch = max((b[0] for b in self.batches), key=lambda b: (len(b.free), -b.node))
             if not batch.free:
                 return
             rec = self.ready.popleft()
             rec.decode_node, rec.slot, rec.slot_from_s = batch.node, batch.reserve(), self.env.now
             seconds = self._transfer_s(rec)
-            if seconds > 0:
-                self.env.process(self._transfer(rec, batch, seconds))
+            if seconds > 0:  # queued on the decode node's link, one cache at a time
+                start = max(self.env.now, self.link_free[batch.node])
+                end = self.link_free[batch.node] = start + seconds
+                rec.transfer_start_s, rec.transfer_end_s = start, end
+                arrived = self.env.at(end, NORMAL)
+                arrived.callbacks.append(lambda _, rec=rec, batch=batch: self._arrive(rec, batch))
             else:  # nothing to move: the cache is there before the next step starts
                 rec.transfer_start_s = rec.transfer_end_s = self.env.now
                 self._arrive(rec, batch)
@@ -714,55 +669,58 @@ class Engine:
         cfg = self.config
         return self.shape.kv_bytes(rec.prompt_tokens) / cfg.link_bandwidth + cfg.link_latency_s
 
-    def _transfer(self, rec: RequestRecord, batch: DecodeBatch, seconds: float) -> Process:
-        env = self.env
-        with self.links[batch.node].request() as turn:
-            yield turn
-            rec.transfer_start_s = env.now
-            yield env.timeout(seconds)
-            rec.transfer_end_s = env.now
-        self._arrive(rec, batch)
-
     def _arrive(self, rec: RequestRecord, batch: DecodeBatch) -> None:
-        """The cache is on the decode node: free its prefill node's memory, join the batch at
-        the next step boundary."""
-        self.held[rec.prefill_node] -= 1
-        self.released[rec.prefill_node].fire()
+        """The cache is on the decode node: free its prefill node's memory (a node waiting for
+        room wakes, and waits at the back of the line if there is nothing to take), join the
+        batch at the next step boundary."""
+        node = rec.prefill_node
+        self.held[node] -= 1
+        if self.is_idle[node]:  # it wakes: takes prompts, or goes to the back of the line
+            self.idle.remove(node)
+            if self._try_prefill(node):
+                self.is_idle[node] = False
+            else:
+                self.idle.append(node)
         batch.pending.append(rec)
-        self.joined[batch.node].fire()
+        batch.alarm.wake()
+        batch.poke()
 
-    def _decode_node(self, node: int) -> Process:
-        env, batch = self.env, self.batches[node][0]
-        while True:
-            batch.admit(env.now)
-            if not batch.active:
-                yield self.joined[node].wait()
-                continue
-            start = env.now
-            yield env.timeout(batch.step_s())
-            done = batch.step(start, env.now)
-            for rec in done:
-                batch.release(rec.slot)
-                self._complete(rec)
-            if done:
-                self._dispatch()
+    def _decode_node(self, batch: DecodeBatch) -> None:
+        """A decode node at a step boundary, or woken: the arrived caches join, then it runs
+        steps until the next completion, or sleeps until a cache arrives."""
+        batch.admit(self.env.now)
+        if batch.active:
+            batch.plan(self.most).callbacks.append(self._stepped[batch.node])
+        else:
+            batch.alarm.sleep().callbacks.append(self._woken[batch.node])
+
+    def _decode_stretch_end(self, batch: DecodeBatch) -> None:
+        """A decode node's steps have run: the requests they completed free their slots, and
+        waiting caches take them."""
+        done = batch.finish()
+        for rec in done:
+            batch.release(rec.slot)
+            self._complete(rec)
+        if done:
+            self._dispatch()
+        self._decode_node(batch)
 
     # --- run --------------------------------------------------------------------------------
 
     def run(self) -> EngineResult:
-        self.env.run()
+        self.env.run_all()
         if self.progress is not None:
             self.progress(self.completed % PROGRESS_EVERY)
-        unfinished = [r.id for r in self.records if r.completions != 1]
-        if unfinished:
-            raise RuntimeError(f"requests did not complete exactly once: {unfinished[:10]}")
+        self.log.close()
+        completions = self.table.column("completions")
+        unfinished = self.table.column("id")[completions != 1]
+        if len(unfinished):
+            raise RuntimeError(
+                f"requests did not complete exactly once: {unfinished[:10].tolist()}"
+            )
         return EngineResult(
-            records=sorted(self.records, key=lambda r: r.id),
-            prefills=self.prefills,
-            decode_runs=self.decode_runs,
-            occupancy=self.occupancy,
-            slot_steps=self.slot_steps,
-            decode_steps=self.decode_steps,
+            table=self.table,
+            log=self.log,
             decode_node_count=len(self.batches),
             slots_per_node=self.shape.decode_slots,
             config=self.config,
@@ -770,29 +728,39 @@ class Engine:
             decode_step_s=self.static_step_s[0],
             prefill_s=dict(self.prefill_s[0]),
             models=self.models,
-            switches=self.switches,
             model_prefill_s=[dict(p) for p in self.prefill_s],
             static_step_s=list(self.static_step_s),
             model_chunk_s=[dict(c) for c in self.chunk_s],
         )
 
 
-def _drawn_steps(
-    records: Sequence[RequestRecord], models: Sequence[ModelGraphs], seed: int
-) -> dict[int, int] | None:
-    """Each request's decode steps by id, drawn in id order (each model from its own stream)
-    for the models whose steps verify drafts; None when every step of every model accepts the
-    mean."""
-    drawn: dict[int, int] = {}
-    for m, graphs in enumerate(models):
-        shape = graphs.shape
-        if not shape.draft_tokens:
-            continue
-        ordered = sorted((r for r in records if r.model == m), key=lambda r: r.id)
-        tokens = [r.output_tokens - 1 for r in ordered]
-        steps = drawn_steps(tokens, shape.draft_tokens, shape.acceptance, seed, stream=m)
-        drawn.update({r.id: int(n) for r, n in zip(ordered, steps.tolist(), strict=True)})
-    return drawn or None
+def _call(f: Callable[[DecodeBatch], None], batch: DecodeBatch) -> Callable[[object], None]:
+    """An event's callback that calls `f(batch)`."""
+    return lambda _: f(batch)
+
+
+def drawn_steps_of(
+    requests: RequestSet, models: Sequence[ModelGraphs], seed: int
+) -> Sequence[int] | None:
+    """Each request's decode steps by row, drawn in id order (each model from its own stream)
+    for the models whose steps verify drafts (-1 for the others' requests); None when every
+    step of every model accepts the mean. Kept with the requests for the next run."""
+    key = (seed, tuple((g.shape.draft_tokens, g.shape.acceptance) for g in models))
+    if key not in requests.drawn:
+        model = requests.columns["model"]
+        tokens = requests.columns["output_tokens"] - 1
+        steps = np.full(len(requests), -1, dtype=np.int64)
+        drafted = False
+        for m, graphs in enumerate(models):
+            shape = graphs.shape
+            if shape.draft_tokens:
+                rows = np.flatnonzero(model == m)
+                steps[rows] = drawn_steps(
+                    tokens[rows], shape.draft_tokens, shape.acceptance, seed, stream=m
+                )
+                drafted = True
+        requests.drawn[key] = array("q", steps.tobytes()) if drafted else None
+    return requests.drawn[key]
 
 
 def simulate_serving(
@@ -808,11 +776,11 @@ def simulate_serving(
 
 
 def simulate_models(
-    requests: Sequence[Request],
+    requests: Sequence[Request] | Requests | RequestSet,
     models: Sequence[ModelGraphs],
     config: EngineConfig,
     progress: Progress | None = None,
 ) -> EngineResult:
     """Serve `requests`, each asking for one of `models` (`Request.model`, an index), on the
-    deployment `config`."""
+    deployment `config` (a `RequestSet` of them can be shared by several runs)."""
     return Engine(requests, models, config, progress).run()

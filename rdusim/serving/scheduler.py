@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from itertools import islice
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rdusim.spec.workload import DEFAULT_DECODE_STEPS_PER_PREFILL, SchedulingPolicy
 
@@ -137,6 +137,21 @@ class Policy(Protocol):
         ...
 
 
+ALWAYS = 1 << 62  # decode steps in a row: until something changes
+
+
+@runtime_checkable
+class Lookahead(Protocol):
+    """A policy that can say how long it keeps decoding, so the engine runs those steps as one
+    event (`rdusim.serving.batch`); a policy without it is asked before every step."""
+
+    def decodes_ahead(self, state: SchedulerState) -> int:
+        """How many decisions in a row, from `state` on, are `DECODE` if nothing changes but
+        the steps (each adds one to `steps_since_prefill` and makes `last` DECODE): 0 if this
+        one is not, `ALWAYS` if none will stop."""
+        ...
+
+
 def first_come(state: SchedulerState) -> Prefill:
     """The longest-waiting prompts, as many as one prefill run and the free slots take."""
     most = min(state.prefill_batch, state.free_slots)
@@ -158,6 +173,9 @@ class PrefillFirst:
     def choose(self, state: SchedulerState) -> Decision:
         return first_come(state) if _can_prefill(state) else _or_decode(state)
 
+    def decodes_ahead(self, state: SchedulerState) -> int:
+        return 0 if _can_prefill(state) or not state.running else ALWAYS
+
 
 @dataclass(frozen=True)
 class DecodeFirst:
@@ -166,6 +184,12 @@ class DecodeFirst:
     def choose(self, state: SchedulerState) -> Decision:
         admitting = len(state.running) == 0 or state.last == Action.PREFILL
         return first_come(state) if _can_prefill(state) and admitting else _or_decode(state)
+
+    def decodes_ahead(self, state: SchedulerState) -> int:
+        # a running batch admits only right after a prefill; once it decodes, it goes on
+        if not state.running or (_can_prefill(state) and state.last == Action.PREFILL):
+            return 0
+        return ALWAYS
 
 
 @dataclass(frozen=True)
@@ -178,6 +202,14 @@ class Mixed:
     def choose(self, state: SchedulerState) -> Decision:
         due = len(state.running) == 0 or state.steps_since_prefill >= self.steps_per_prefill
         return first_come(state) if _can_prefill(state) and due else _or_decode(state)
+
+    def decodes_ahead(self, state: SchedulerState) -> int:
+        if not state.running:
+            return 0
+        if not _can_prefill(state):
+            return ALWAYS
+        # a waiting prompt is prefilled once the batch has had its steps
+        return max(0, self.steps_per_prefill - state.steps_since_prefill)
 
 
 # each workload `policy:` and the policy it names, given `decode_steps_per_prefill`

@@ -22,13 +22,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from rdusim.errors import SpecError, SpecErrors
-from rdusim.serving.arrivals import Request, requests_of
+from rdusim.serving.arrivals import Requests, request_columns
 from rdusim.serving.engine import (
     EngineConfig,
     EngineResult,
     ModelGraphs,
     Progress,
+    RequestSet,
     simulate_models,
 )
 from rdusim.serving.metrics import rounded, summary
@@ -104,7 +107,7 @@ def engine_config(deployment: DeploymentSpec, facts: GraphFacts | None = None) -
     return base
 
 
-def workload_requests(workload: ResolvedWorkload, rate: float | None) -> list[Request]:
+def workload_requests(workload: ResolvedWorkload, rate: float | None) -> Requests:
     """The workload's requests at `rate` (None: its own), refusing a rate for a trace and an
     empty arrival window."""
     spec = workload.spec
@@ -121,8 +124,8 @@ def workload_requests(workload: ResolvedWorkload, rate: float | None) -> list[Re
             raise SpecError(
                 f"{problem.problem} (workload {workload.file})", key="--rate", fix=problem.fix
             )
-    requests = requests_of(workload, rate)
-    if not requests:
+    requests = request_columns(workload, rate)
+    if not len(requests):
         raise workload.error(
             "no request arrives within duration_s",
             ("duration_s",),
@@ -135,7 +138,7 @@ def _prefetch(
     times: SimulatedStepTimes,
     shape: GraphShape,
     workload: ResolvedWorkload,
-    requests: Sequence[Request],
+    requests: Requests,
 ) -> None:
     """Simulate every graph the run needs before it starts: a bucket that cannot be compiled is
     an error at the workload's bucket list, and the run never waits on the simulator. Listed
@@ -143,7 +146,7 @@ def _prefetch(
     key = ("deployment", "prefill_buckets")
     lengths = set(shape.prefill_lengths)
     if not isinstance(workload.spec.deployment.prefill_buckets, list):
-        lengths = {shape.graph_len(r.prompt_tokens) for r in requests}
+        lengths = {shape.graph_len(p) for p in np.unique(requests.prompt_tokens).tolist()}
     for length in sorted(lengths):
         try:
             times.prefill_s(length)
@@ -156,7 +159,7 @@ def _prefetch(
     chunk = workload.spec.deployment.prefill_chunk
     if chunk is not None:
         check_chunk(times.facts, chunk, workload)
-        longest = max(r.prompt_tokens for r in requests)
+        longest = int(requests.prompt_tokens.max())
         for k in range(math.ceil(longest / chunk) if longest > chunk else 0):
             times.chunk_s(k, chunk)
 
@@ -308,23 +311,35 @@ def serve(
     runs = model_runs(prefill, decode, workload, point)
     requests = workload_requests(workload, point.rate)
     for m, run in enumerate(runs):
-        mine = [r for r in requests if r.model == m]
-        if mine:
+        mine = requests.where(requests.model == m)
+        if len(mine):
             check_requests(mine, run.shape, workload)
             _prefetch(run.times, run.shape, workload, mine)
     config = engine_config(workload.spec.deployment, runs[0].times.facts)
     config = replace(config, seed=workload.spec.seed)
     config = residency_config(config, workload, runs)
     graphs = [r.graphs() for r in runs]
-    result = simulate_models(requests, graphs, config, progress)
+    shared = RequestSet(requests)  # and the accepted-token draws, for the interval runs
+    result = simulate_models(shared, graphs, config, progress)
     metrics = summary(result, workload.spec.slo)
     document = point_document(point, workload, result, metrics)
     if intervals:
-        ends = [simulate_models(requests, scaled, config) for scaled in bounding_graphs(runs)]
-        bounds = [summary(r, workload.spec.slo) | graph_times(r) for r in ends]
+        bounds = [_bound(shared, scaled, config, workload) for scaled in bounding_graphs(runs)]
         if bounds:
             document["intervals"] = serving_intervals(metrics | graph_times(result), bounds)
     return ServeRun(point, result, metrics, document)
+
+
+def _bound(
+    requests: RequestSet,
+    graphs: list[ModelGraphs],
+    config: EngineConfig,
+    workload: ResolvedWorkload,
+) -> dict[str, Any]:
+    """The metrics and graph times of a run under an ensemble member's graphs (the run itself
+    is let go)."""
+    result = simulate_models(requests, graphs, config)
+    return summary(result, workload.spec.slo) | graph_times(result)
 
 
 def graph_times(result: EngineResult) -> dict[str, Any]:

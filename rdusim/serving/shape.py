@@ -29,8 +29,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from rdusim.errors import SpecError, SpecErrors
-from rdusim.serving.arrivals import Request
+from rdusim.serving.arrivals import Request, Requests
 from rdusim.serving.step_times import GraphFacts
 from rdusim.spec.workload import BucketScheme, ResolvedWorkload
 
@@ -140,41 +142,41 @@ def shape_of(
 
 
 def check_requests(
-    requests: Sequence[Request], shape: GraphShape, workload: ResolvedWorkload
+    requests: Sequence[Request] | Requests, shape: GraphShape, workload: ResolvedWorkload
 ) -> None:
     """Refuse requests the graphs cannot serve: a prompt longer than the longest prefill graph,
     or a prompt and output longer than the decode graph's maximum sequence. The error names the
     workload key (or the trace line) and how many requests are affected."""
+    given = requests if isinstance(requests, Requests) else Requests.of(requests)
+    prompt, output = given.prompt_tokens, given.output_tokens
     errors: list[SpecError] = []
-    long_prompts = [r for r in requests if r.prompt_tokens > shape.longest_prompt]
-    if long_prompts:
-        first = long_prompts[0]
+    long_prompts = np.flatnonzero(prompt > shape.longest_prompt)
+    if len(long_prompts):
+        first = given.request(int(long_prompts[0]))
         errors.append(
             _request_error(
                 workload,
                 first,
                 "prompt_tokens",
-                f"{_count(long_prompts, requests)} a prompt longer than the prefill graph: "
+                f"{_count(long_prompts, given)} a prompt longer than the prefill graph: "
                 f"{first.prompt_tokens} tokens (request {first.id}) > {shape.longest_prompt} "
                 "(the prefill mapping's seq_len)",
                 f"keep prompts within {shape.longest_prompt} tokens, or compile a longer "
                 "prefill graph (--set seq_len=..., which sets both mappings)",
             )
         )
-    long_sequences = [  # a prompt refused above is not refused twice
-        r
-        for r in requests
-        if r.prompt_tokens <= shape.longest_prompt
-        and r.prompt_tokens + r.output_tokens > shape.max_sequence
-    ]
-    if long_sequences:
-        first = long_sequences[0]
+    # a prompt refused above is not refused twice
+    long_sequences = np.flatnonzero(
+        (prompt <= shape.longest_prompt) & (prompt + output > shape.max_sequence)
+    )
+    if len(long_sequences):
+        first = given.request(int(long_sequences[0]))
         errors.append(
             _request_error(
                 workload,
                 first,
                 "output_tokens",
-                f"{_count(long_sequences, requests)} more prompt + output tokens than the "
+                f"{_count(long_sequences, given)} more prompt + output tokens than the "
                 f"decode graph's maximum sequence: {first.prompt_tokens} + "
                 f"{first.output_tokens} (request {first.id}) > {shape.max_sequence} (the decode "
                 "mapping's seq_len; a static graph decodes up to it, paper §2.3)",
@@ -188,7 +190,7 @@ def check_requests(
         raise SpecErrors(errors)
 
 
-def _count(bad: Sequence[Request], all_: Sequence[Request]) -> str:
+def _count(bad: np.ndarray, all_: Requests) -> str:
     return f"{len(bad)} of {len(all_)} requests have" if len(bad) > 1 else "1 request has"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rdusim.serving.arrivals import ARRIVALS, LENGTHS, requests_of
+from rdusim.serving.arrivals import ARRIVALS, LENGTHS, Requests, request_columns, requests_of
 from rdusim.spec.workload import ArrivalProcess, LengthDist, load_workload
 
 
@@ -126,3 +126,15 @@ def test_trace_requests_in_file_order_cut_by_requests(tmp_path: Path) -> None:
     ]
     assert len(requests_of(workload(tmp_path, text + "requests: 2\n", "two.yaml"))) == 2
     assert len(requests_of(workload(tmp_path, text + "duration_s: 1.5\n", "d.yaml"))) == 1
+
+
+def test_the_columns_are_the_requests(tmp_path: Path) -> None:
+    wl = workload(tmp_path, spec_text(n=50, prompt="{dist: uniform, low: 10, high: 90}"))
+    columns = request_columns(wl)
+    objects = requests_of(wl)
+    assert len(columns) == 50 and columns.objects() == objects
+    assert [columns.request(i) for i in range(50)] == objects
+    assert all(type(v) is float for v in (objects[0].arrival_s, columns.request(0).arrival_s))
+    short = columns.where(columns.prompt_tokens < 50)
+    assert short.objects() == [r for r in objects if r.prompt_tokens < 50]
+    assert Requests.of(objects).objects() == objects

@@ -7,12 +7,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rdusim.serving.arrivals import Request
-from rdusim.serving.engine import RequestRecord
+from rdusim.serving.engine import RequestRecord, simulate_models
 from rdusim.serving.metrics import (
     NO_SLO,
     generated_tokens,
+    in_system,
     meets_slo,
     rounded,
     stats,
@@ -20,9 +23,11 @@ from rdusim.serving.metrics import (
     time_average_in_system,
 )
 from rdusim.spec.workload import SloSpec
+from tests.serving import legacy_metrics
 from tests.serving.synthetic import (
     colocated,
     constant_times,
+    deployments,
     disaggregated,
     requests,
     run,
@@ -192,3 +197,31 @@ def test_littles_law_on_a_long_stationary_run() -> None:
     assert m["mean_requests_in_system"] == pytest.approx(
         m["arrival_rate"] * m["e2e_s"]["mean"], rel=0.05
     )
+
+
+# --- the column version against the loop over request objects it replaced ---------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    deployments(),
+    st.one_of(
+        st.none(),
+        st.builds(
+            SloSpec,
+            ttft_s=st.sampled_from([0.5, 1.0, 2.0, 1e3]),
+            tpot_s=st.sampled_from([0.1, 0.25, 1.0]),
+        ),
+    ),
+)
+def test_the_metrics_are_those_of_the_loop_over_records(case, slo) -> None:
+    reqs, models, config = case
+    result = simulate_models(reqs, models, config)
+    assert summary(result, slo) == legacy_metrics.summary(result, slo)
+
+
+def test_in_system_by_hand() -> None:
+    # arrivals at 0, 1 and 1; completions at 2, 3 and 5 (window 0..5): 1 request for 1 s, 3
+    # for 1 s, 2 for 1 s, 1 for 2 s = 8 request-seconds over 5 s
+    assert in_system(np.array([0.0, 1.0, 1.0]), np.array([2.0, 3.0, 5.0]), 0.0, 5.0) == 1.6
+    assert in_system(np.array([]), np.array([]), 0.0, 5.0) == 0.0

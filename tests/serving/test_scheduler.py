@@ -5,13 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rdusim.serving.scheduler import (
+    ALWAYS,
     DECODE,
     POLICIES,
     WAIT,
     Action,
     DecodeFirst,
+    Lookahead,
     Mixed,
     Policy,
     Prefill,
@@ -141,3 +145,47 @@ def test_the_engine_refuses_a_prefill_it_cannot_run() -> None:
     with pytest.raises(ValueError, match="chunk graph is 32 tokens"):
         check_prefill(Prefill((w[0],), chunk_tokens=16), s, 32)
     _refused(Prefill((w[0],)), state(waiting=3, free=0, prefill_batch=2), "0 free slots")
+
+
+# --- how long a policy keeps decoding (the engine runs those steps as one event) -------------
+
+
+def _decisions_in_a_row(policy: Policy, s: SchedulerState, most: int) -> int:
+    """Brute force: ask the policy step after step, each decode adding a step since the last
+    prefill and making the last action DECODE, until it chooses something else (or `most`)."""
+    for n in range(most):
+        if action(policy, s) != Action.DECODE:
+            return n
+        s = replace(s, steps_since_prefill=s.steps_since_prefill + 1, last=Action.DECODE)
+    return most
+
+
+@given(
+    st.sampled_from(list(SchedulingPolicy)),
+    st.integers(1, 6),
+    st.integers(0, 3),
+    st.integers(0, 3),
+    st.integers(0, 3),
+    st.integers(0, 8),
+    st.sampled_from(list(Action)),
+)
+def test_decodes_ahead_is_the_number_of_decodes_in_a_row(
+    name: SchedulingPolicy, n: int, waiting: int, free: int, active: int, since: int, last: Action
+) -> None:
+    policy = policy_for(name, n)
+    assert isinstance(policy, Lookahead)
+    s = state(waiting, free, active, since, last)
+    ahead = policy.decodes_ahead(s)
+    horizon = 3 * n + 10  # longer than any count a shipped policy stops at
+    brute = _decisions_in_a_row(policy, s, horizon)
+    assert ahead == (brute if brute < horizon else ALWAYS)
+
+
+def test_mixed_decodes_until_its_steps_are_done_when_a_prompt_waits() -> None:
+    # 8 steps between prefills, 3 done: 5 more decodes, then the waiting prompt is prefilled
+    assert Mixed(8).decodes_ahead(state(waiting=1, free=1, since=3)) == 5
+    assert Mixed(8).decodes_ahead(state(waiting=0, free=1, since=3)) == ALWAYS
+    assert PrefillFirst().decodes_ahead(state(waiting=1, free=0)) == ALWAYS
+    assert PrefillFirst().decodes_ahead(state(waiting=1, free=1)) == 0
+    assert DecodeFirst().decodes_ahead(state(waiting=1, free=1, last=Action.PREFILL)) == 0
+    assert DecodeFirst().decodes_ahead(state(waiting=1, free=1, last=Action.DECODE)) == ALWAYS
