@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
@@ -19,8 +17,6 @@ if TYPE_CHECKING:
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 MAPPING_HELP = "a mapping YAML file, or the name of a shipped mapping (rdusim list)"
-# Keys of a mapping that name files, checked before the mapping is loaded.
-MAPPING_PATH_KEYS = (("model",), ("hardware",), ("moe", "routing", "file"))
 
 
 def add_mapping(p: argparse.ArgumentParser) -> None:
@@ -58,21 +54,6 @@ def hardware_option(name_or_path: str | None) -> Hardware | None:
         return None
     check_path(name_or_path, file=name_or_path, key="--hardware")
     return load_hardware(name_or_path) if name_or_path else None
-
-
-def check_mapping_paths(mapping: str, overrides: Sequence[str]) -> None:
-    """Refuse a file name in the mapping (after `--set`) that no file system accepts, naming
-    its key, before loading the model and hardware it names. `mapping` may be a shipped name."""
-    from rdusim.spec.catalog import resolve_mapping
-    from rdusim.spec.mapping import apply_overrides
-    from rdusim.spec.yamlio import check_path_keys, read_document, to_plain
-
-    mapping = resolve_mapping(mapping)
-    doc = read_document(mapping)
-    data = to_plain(doc)
-    if isinstance(data, dict):
-        data = apply_overrides(data, list(overrides), mapping)
-        check_path_keys(data, MAPPING_PATH_KEYS, file=mapping, doc=doc, base=Path(mapping).parent)
 
 
 def dump_json(data: Any) -> str:

@@ -41,6 +41,7 @@ from rdusim.spec.overrides import (
 from rdusim.spec.placement import PlacementSpec, check_placement
 from rdusim.spec.speculation import Drafter, Speculation
 from rdusim.spec.yamlio import (
+    check_path_keys,
     did_you_mean,
     dotted,
     field_paths,
@@ -578,6 +579,11 @@ def check_layer_kinds(spec: MappingSpec, model: ModelSpec, file: str, doc: Any) 
         raise SpecErrors(errors)
 
 
+# Keys of a mapping that name files: one no file system accepts (too long, a NUL) is refused,
+# naming its key, before the files it names are looked for.
+PATH_KEYS = (("model",), ("hardware",), ("moe", "routing", "file"))
+
+
 def load_mapping(path: str | Path, overrides: list[str] | None = None) -> ResolvedMapping:
     """Read a mapping (a path or a shipped name), apply `--set` overrides, and load the model
     and hardware it names."""
@@ -587,6 +593,7 @@ def load_mapping(path: str | Path, overrides: list[str] | None = None) -> Resolv
     if not isinstance(data, dict):
         raise SpecError("a mapping must be a set of keys", file=file, fix="see mappings/*.yaml")
     data = apply_overrides(data, overrides or [], file)
+    check_path_keys(data, PATH_KEYS, file=file, doc=doc, base=Path(path).parent)
     spec = validate(MappingSpec, data, file=file, doc=doc)
     hardware_overrides = parse_overrides(overrides or [], file).hardware
     return resolve_spec(spec, file, doc, Path(path).parent, hardware_overrides)

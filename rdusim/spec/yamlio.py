@@ -28,6 +28,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent, Event
+from ruamel.yaml.parser import RoundTripParser
 
 from rdusim.errors import SpecError, SpecErrors
 
@@ -154,9 +155,11 @@ def parse_document(data: bytes | str, *, file: str) -> Any:
     """Parse YAML or JSON text (bytes must be UTF-8) within the limits in the module docstring."""
     text = decode_text(data, file=file) if isinstance(data, bytes) else data
     yaml = YAML(typ="rt")
+    yaml.Parser = _DepthLimitedParser
     try:
-        _check_depth(yaml.parse(text), file=file)
         doc = yaml.load(text)
+    except _TooDeep as exc:
+        raise _too_deep(exc.event, file) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -196,15 +199,45 @@ def _check_depth(events: Iterator[Event], *, file: str) -> None:
         if isinstance(event, CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                mark = event.start_mark
-                raise SpecError(
-                    f"nested more than {MAX_DEPTH} levels deep (the limit for a spec file)",
-                    file=file,
-                    line=mark.line + 1 if mark is not None else None,
-                    fix="flatten the structure; a spec needs only a few levels of nesting",
-                )
+                raise _too_deep(event, file)
         elif isinstance(event, CollectionEndEvent):
             depth -= 1
+
+
+def _too_deep(event: Event, file: str) -> SpecError:
+    mark = event.start_mark
+    return SpecError(
+        f"nested more than {MAX_DEPTH} levels deep (the limit for a spec file)",
+        file=file,
+        line=mark.line + 1 if mark is not None else None,
+        fix="flatten the structure; a spec needs only a few levels of nesting",
+    )
+
+
+class _TooDeep(Exception):
+    """A collection nested deeper than `MAX_DEPTH`: its start event."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__(event)
+        self.event = event
+
+
+class _DepthLimitedParser(RoundTripParser):
+    """ruamel's round-trip parser, stopping at the first collection nested deeper than
+    `MAX_DEPTH`. The composer recurses once per level as it takes each event, so counting here
+    refuses a deep document before any deep recursion, in the same pass that loads it."""
+
+    _depth = 0
+
+    def get_event(self) -> Event:
+        event = super().get_event()
+        if isinstance(event, CollectionStartEvent):
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                raise _TooDeep(event)
+        elif isinstance(event, CollectionEndEvent):
+            self._depth -= 1
+        return event
 
 
 def _check_values(doc: Any, *, file: str) -> None:
@@ -355,7 +388,12 @@ SHOWN_VALUE_CHARS = 80
 
 def shown_value(value: Any) -> str:
     """`repr(value)`, cut short so that a huge value does not flood the message."""
-    text = repr(value)
+    return shortened(repr(value))
+
+
+def shortened(text: str) -> str:
+    """`text`, cut short (its start, its end and its length) when longer than
+    `SHOWN_VALUE_CHARS`."""
     if len(text) <= SHOWN_VALUE_CHARS:
         return text
     return f"{text[: SHOWN_VALUE_CHARS - 20]}...{text[-10:]} ({len(text)} characters)"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rdusim.errors import InfeasibleError, RdusimError, SpecError
-from rdusim.spec.yamlio import parse_value
+from rdusim.spec.yamlio import parse_value, shortened
 from rdusim.studies.executors import ExecutorKind, run_points
 
 STATUS_OK = "ok"
@@ -110,7 +110,8 @@ def overrides(point: Point) -> list[str]:
 
 
 def describe(point: Point) -> str:
-    return ", ".join(f"{k}={v}" for k, v in point) or "(no --set)"
+    """The point as its `--set`s, each value cut short so a huge one cannot flood a message."""
+    return ", ".join(f"{k}={shortened(v)}" for k, v in point) or "(no --set)"
 
 
 def settings(point: Point) -> dict[str, Any]:

@@ -18,7 +18,6 @@ from rdusim.cli.options import (
     add_mapping,
     add_out,
     add_set,
-    check_mapping_paths,
     dump_json,
 )
 from rdusim.cli.progress import search_messages
@@ -120,7 +119,6 @@ def map_command(args: argparse.Namespace) -> int:
     from rdusim.outputs import write_outputs
 
     outputs = _map_outputs(args)
-    check_mapping_paths(args.mapping, args.set)
     search = _search_options(args)
     traced = any(key in outputs for key, _ in _TRACES)
     run = run_mapping(

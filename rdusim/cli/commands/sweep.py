@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rdusim.cli.options import Subparsers, add_mapping, add_out, add_set, check_mapping_paths
+from rdusim.cli.options import Subparsers, add_mapping, add_out, add_set
 from rdusim.cli.progress import progress_bar
 from rdusim.errors import SpecError
 from rdusim.studies.executors import ExecutorKind
@@ -66,8 +66,6 @@ def sweep_command(args: argparse.Namespace) -> int:
         raise SpecError(f"must be at least 1, got {jobs}", key="--jobs")
     out = _sweep_outputs(args, plot is not None)
     points = sweep.grid(axes)
-    for point in points:
-        check_mapping_paths(args.mapping, sweep.overrides(point))
     sweep.check_points(args.mapping, points)
     if plot is not None:
         sweep.check_plot(*plot, sweep.columns(axes, []), kernels=True)
