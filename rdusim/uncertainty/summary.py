@@ -66,11 +66,12 @@ def headline(result: SimResult) -> dict[str, float]:
 def intervals(results: Sequence[SimResult]) -> dict[str, dict[str, float]]:
     """{metric: {p05, p50, p95}} over the members' results."""
     rows = [headline(r) for r in results]
-    out = {}
-    for key in rows[0]:
-        q = np.percentile([row[key] for row in rows], QUANTILES)
-        out[key] = {"p05": float(q[0]), "p50": float(q[1]), "p95": float(q[2])}
-    return out
+    keys = list(rows[0])
+    q = np.percentile([[row[key] for key in keys] for row in rows], QUANTILES, axis=0)
+    return {
+        key: {"p05": float(q[0, i]), "p50": float(q[1, i]), "p95": float(q[2, i])}
+        for i, key in enumerate(keys)
+    }
 
 
 def usable_hbm_bytes(hw: Hardware) -> float:
