@@ -41,14 +41,40 @@ def draw_accepted(
     draft_tokens: int, acceptance: float, rng: np.random.Generator, size: int
 ) -> np.ndarray:
     """Tokens each of `size` steps adds to one sequence: 1 + min(k, G), G ~ geometric(a)."""
-    k, a = draft_tokens, acceptance
+    return _accepted(draft_tokens, acceptance, rng, size).astype(np.int64)
+
+
+# numpy's Generator.geometric(p) draws by a search over one uniform when p >= 1/3, else by
+# inversion of one standard exponential (numpy/random/src/distributions/distributions.c)
+SEARCH_FROM = 0.333333333333333333333333
+
+
+def _accepted(k: int, a: float, rng: np.random.Generator, size: int) -> np.ndarray:
+    """`draw_accepted`'s draws as float64 (exact small integers), from the same numbers of
+    `rng`'s stream numpy's geometric(1 - a) takes, truncated at k + 1 the way it computes them:
+    only the k + 1 outcomes matter, so the uniform or exponential is compared with their
+    thresholds instead of searched or divided to the end (twice as fast, the same values;
+    `tests/serving/test_acceptance.py` checks them against `rng.geometric`)."""
     if a >= 1.0:
-        return np.full(size, k + 1, dtype=np.int64)
+        return np.full(size, k + 1.0)
     if a <= 0.0:
-        return np.ones(size, dtype=np.int64)
-    # numpy's geometric counts trials up to the first success, P(N = n) = a^(n-1) (1 - a):
-    # that is 1 + G for a rejection of probability 1 - a
-    return np.minimum(rng.geometric(1.0 - a, size), k + 1)
+        return np.ones(size)
+    p = 1.0 - a
+    if p >= SEARCH_FROM:  # N = 1 + how many of the running sums p, p + pq, ... U exceeds
+        u = rng.random(size)
+        out = np.ones(size)
+        q = 1.0 - p
+        total = prod = p
+        for _ in range(k):
+            out += u > total
+            prod *= q
+            total += prod
+        return out
+    # N = ceil(-E / log1p(-p)), E ~ standard exponential; min(N, k + 1)
+    x = rng.standard_exponential(size)
+    x /= -math.log1p(-p)
+    np.ceil(x, out=x)
+    return np.minimum(x, k + 1.0, out=x)
 
 
 def sampled_steps(
@@ -61,7 +87,7 @@ def sampled_steps(
     steps, done = 0, 0
     while True:
         want = max(LEAST_DRAWS, math.ceil(1.25 * (tokens - done) / mean))
-        totals = done + np.cumsum(draw_accepted(draft_tokens, acceptance, rng, want))
+        totals = done + np.cumsum(_accepted(draft_tokens, acceptance, rng, want))
         i = int(np.searchsorted(totals, tokens))  # the first step that reaches `tokens`
         if i < len(totals):
             return steps + i + 1
@@ -84,16 +110,21 @@ def drawn_steps(
     mean = expected_accepted_tokens(draft_tokens, acceptance)
     blocks = np.where(need > 0, np.ceil(1.25 * need / mean).astype(np.int64) + LEAST_DRAWS, 0)
     out = np.zeros(len(need), dtype=np.int64)
+    reach = np.cumsum(blocks)  # draws up to each request's block's end
     start = 0
     while start < len(need):
-        stop = start + max(1, int(np.searchsorted(np.cumsum(blocks[start:]), CHUNK_DRAWS, "right")))
+        base = int(reach[start - 1]) if start else 0  # a chunk: whole blocks, <= CHUNK_DRAWS
+        stop = max(start + 1, int(np.searchsorted(reach, base + CHUNK_DRAWS, "right")))
         block, want = blocks[start:stop], need[start:stop]
-        totals = np.cumsum(draw_accepted(draft_tokens, acceptance, rng, int(block.sum())))
+        totals = np.cumsum(_accepted(draft_tokens, acceptance, rng, int(block.sum())))
         ends = np.cumsum(block)  # each request's block is totals[ends - block : ends]
-        before = np.concatenate(([0], totals))[ends - block]  # accepted before its block
+        starts = ends - block
+        before = np.zeros(len(block))  # accepted before its block
+        after = starts > 0
+        before[after] = totals[starts[after] - 1]
         first = np.searchsorted(totals, before + want)  # the draw that reaches its tokens
         short = (first >= ends) & (want > 0)
-        out[start:stop] = np.where(want > 0, first - (ends - block) + 1, 0)
+        out[start:stop] = np.where(want > 0, first - starts + 1, 0)
         for i in np.flatnonzero(short):  # the block fell short: draw on from the stream
             got = int(totals[ends[i] - 1] - before[i])
             out[start + i] = block[i] + sampled_steps(

@@ -188,3 +188,23 @@ def test_a_reported_factor_is_not_drawn() -> None:
     graph = shape(4, tokens_per_step=2.4)
     result = run(requests(*[(0.0, 10, 101)] * 4), graph, colocated(seed=5))
     assert {r.steps for r in result.records} == {math.ceil(100 / 2.4)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 8),
+    st.one_of(st.floats(0.0, 1.0), st.sampled_from([1 / 3, 2 / 3, 0.6666666666666667, 0.8])),
+    st.integers(0, 1 << 30),
+    st.integers(0, 3000),
+)
+def test_draws_are_numpy_s_geometric_truncated(k: int, a: float, seed: int, size: int) -> None:
+    # the thresholds on one uniform or exponential give what numpy's geometric(1 - a) gives,
+    # cut at k + 1, and leave the stream where it leaves it
+    rng, reference = np.random.default_rng(seed), np.random.default_rng(seed)
+    got = draw_accepted(k, a, rng, size)
+    if 0.0 < a < 1.0:
+        want = np.minimum(reference.geometric(1.0 - a, size), k + 1)
+    else:
+        want = np.full(size, k + 1 if a >= 1.0 else 1)
+    assert got.dtype == np.int64 and got.tolist() == want.tolist()
+    assert rng.random() == reference.random()
