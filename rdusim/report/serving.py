@@ -19,12 +19,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
-from rdusim.report.axes import declutter, plain_ticks, series_color, time_unit
 from rdusim.report.console import (
     columns_to_show,
     fits,
@@ -37,6 +35,9 @@ from rdusim.report.console import (
     wrap_text,
 )
 from rdusim.report.tables import to_csv
+
+if TYPE_CHECKING:  # matplotlib loads only for the figures (--out), not for a report or --json
+    from matplotlib.figure import Figure
 
 STAT_KEYS = ("p50", "p90", "p99", "mean")
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end to end"))
@@ -315,6 +316,10 @@ def latency_cdf_figure(
     """CDFs of TTFT, TPOT and end-to-end latency; `series` maps a run's label to its values by
     metric key (`ttft_s`, `tpot_s`, `e2e_s`). Each metric is drawn in the unit that suits it
     (TPOT in ms, say), each run in its colour (SnapStream on or off alike everywhere)."""
+    from matplotlib.figure import Figure
+
+    from rdusim.report.axes import plain_ticks, series_color, time_unit
+
     fig = Figure(figsize=(13, 4.2), layout="constrained")
     axes = fig.subplots(1, 3)
     for ax, (key, label) in zip(axes, LATENCIES, strict=True):
@@ -346,6 +351,10 @@ def latency_cdf_figure(
 def throughput_tpot_figure(docs: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
     """Throughput against median TPOT (in ms or s, as suits), one line per setting, its points
     in order of rate and labelled with it where the label has room."""
+    from matplotlib.figure import Figure
+
+    from rdusim.report.axes import declutter, plain_ticks, series_color, time_unit
+
     groups: dict[str, list[tuple[float, float, float]]] = {}
     for d in docs:
         tpot = d["tpot_s"]["p50"]
@@ -393,6 +402,10 @@ def throughput_tpot_figure(docs: Sequence[Mapping[str, Any]], title: str = "") -
 
 def occupancy_figure(series: Mapping[str, Mapping[str, Any]]) -> Figure:
     """Occupied decode slots over time, one line per run (`slot_occupancy` of each)."""
+    from matplotlib.figure import Figure
+
+    from rdusim.report.axes import series_color
+
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.add_subplot()
     for i, (name, occ) in enumerate(series.items()):

@@ -204,7 +204,14 @@ def _check_points(
 def _files(
     runs: Sequence[ServeRun], document: Any, outputs: dict[str, Path]
 ) -> dict[Path, str | bytes]:
-    from rdusim.report.plots import figure_bytes
+    files: dict[Path, str | bytes] = {}
+    if "--trace" in outputs:
+        from rdusim.serving.trace import serving_trace
+
+        files[outputs["--trace"]] = json.dumps(serving_trace(runs[0].result))
+    if "--out serve.json" not in outputs:
+        return files
+    from rdusim.report.plots import figure_bytes  # matplotlib: only for the figures
     from rdusim.report.serving import (
         dumps,
         latency_cdf_figure,
@@ -213,13 +220,7 @@ def _files(
         requests_csv,
         throughput_tpot_figure,
     )
-    from rdusim.serving.trace import serving_trace
 
-    files: dict[Path, str | bytes] = {}
-    if "--trace" in outputs:
-        files[outputs["--trace"]] = json.dumps(serving_trace(runs[0].result))
-    if "--out serve.json" not in outputs:
-        return files
     docs = [r.document for r in runs]
     labels = [point_label(d) or "run" for d in docs]
     latencies = {
