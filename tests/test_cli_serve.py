@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -282,3 +284,19 @@ def test_mappings_from_both_the_command_and_the_workload(run_cli, tmp_path: Path
         encoding="utf-8",
     )
     assert_user_error(serve(run_cli, path), "--prefill", "names its models' mappings")
+
+
+def test_serve_without_out_does_not_load_matplotlib(workload: Path) -> None:
+    # the report and --json need no figures: matplotlib (0.3 s) loads only for --out
+    probe = (
+        "import contextlib, io, sys\n"
+        "from rdusim.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['serve', '--prefill', 'r1_prefill', '--decode', 'r1_decode',\n"
+        f"                 '--workload', {str(workload)!r}, '--json']) == 0\n"
+        "print('matplotlib' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split()[-1] == "False", done.stdout
