@@ -19,6 +19,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, islice, repeat
 
 from rdusim.serving.events import Alarm, Ring, ServingEnvironment
 from rdusim.serving.records import JOINED, LEFT, DecodeRun, RequestRecord, RunLog
@@ -114,10 +115,11 @@ class DecodeBatch:
         """Start `most` steps now (fewer if a request completes first); the event that rings
         at the end of the last. `replan` re-plans it when the batch is poked."""
         until = self._finish[0][0] - self.steps if self._finish else UNBOUNDED
-        st = Stretch([self.env.now], min(most, until), until, replan)
-        self._extend(st, st.steps)
+        steps = most if most < until else until
+        st = Stretch([self.env._now], steps, until, replan)
+        self._extend(st, steps)
         self.stretch = st
-        return self.alarm.set(st.bounds[st.steps])
+        return self.alarm.set(st.bounds[steps])
 
     def poke(self) -> None:
         """Something the batch or its node's choice depends on changed now: re-plan the
@@ -161,32 +163,34 @@ class DecodeBatch:
         held."""
         st, self.stretch = self.stretch, None
         assert st is not None
-        k, start, now = st.steps, st.bounds[0], st.bounds[st.steps]
-        log, run = self.log, self._last_run
+        k, bounds = st.steps, st.bounds
+        start, now = bounds[0], bounds[k]
+        log, run, priority = self.log, self._last_run, self.alarm.priority
         log.slot_steps += self.active * k
         for j, joined in st.joins:  # joined at boundary j: in the batch for the steps after
             self.active += joined
             log.slot_steps += joined * (k - j)
-            log.occupied(st.bounds[j], self.index, self.active, self.alarm.priority, JOINED)
-        self.steps += k
+            log.occupied(bounds[j], self.index, self.active, priority, JOINED)
+        steps = self.steps = self.steps + k
         log.decode_steps += k
         if run >= 0 and log.decode_end_s(run) == start:
             log.extend_decode_run(run, now, k)
         else:
-            first = (st.bounds[1], self.alarm.priority)
             self._last_run = log.add_decode_run(
-                DecodeRun(self.node, start, now, k, self.model), *first
+                DecodeRun(self.node, start, now, k, self.model), bounds[1], priority
             )
+        finish, running = self._finish, self.running
+        if not finish or finish[0][0] != steps:
+            return []
         done = []
-        while self._finish and self._finish[0][0] == self.steps:
-            _, _, rec = heapq.heappop(self._finish)
-            rec.steps = self.steps - rec.join_step
+        while finish and finish[0][0] == steps:
+            rec = heapq.heappop(finish)[2]
+            rec.steps = steps - rec.join_step
             rec.last_token_s = now
-            del self.running[rec.id]
+            del running[rec.id]
             done.append(rec)
-        if done:
-            self.active -= len(done)
-            log.occupied(now, self.index, self.active, self.alarm.priority, LEFT)
+        self.active -= len(done)
+        log.occupied(now, self.index, self.active, priority, LEFT)
         return done
 
     def _extend(self, st: Stretch, upto: int) -> None:
@@ -194,11 +198,12 @@ class DecodeBatch:
         the sum an event per step would make."""
         bounds = st.bounds
         t = bounds[-1]
-        if self.static:
-            step = self.static_step_s
-            for _ in range(len(bounds), upto + 1):
-                t = t + step
-                bounds.append(t)
+        if self.static:  # the running sum, t + step + step ..., each added in turn
+            more = upto + 1 - len(bounds)
+            if more > 0:
+                bounds.extend(
+                    islice(accumulate(repeat(self.static_step_s, more), initial=t), 1, None)
+                )
             return
         for i in range(len(bounds) - 1, upto):
             t = t + self._occupied_s(self.steps + i)

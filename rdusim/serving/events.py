@@ -36,11 +36,12 @@ def node_priority(rank: int) -> int:
 class Ring(Event):
     """An event that is triggered when created and processed when it is scheduled for."""
 
+    _value = None  # triggered, with no value, successfully (class attributes: made often)
+    _ok = True
+
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.callbacks: list[Any] = []
-        self._value = None
-        self._ok = True
 
 
 class ServingEnvironment(simpy.Environment):

@@ -107,6 +107,10 @@ class RunLog:
         self.switches: list[SwitchRun] = []
         self.slot_steps = 0  # occupied slots summed over every decode step
         self.decode_steps = 0
+        # the columns appended to as a run goes, in their tables' order (a lookup each less)
+        self._prefill_row = tuple(self.prefill.values())
+        self._change_row = tuple(self.changes.values())
+        self._decode_end, self._decode_steps = self.decode["end_s"], self.decode["steps"]
 
     def add_prefill(
         self,
@@ -119,14 +123,14 @@ class RunLog:
         chunk: int = -1,
     ) -> None:
         """Record a prefill graph execution (a `PrefillRun`)."""
-        c = self.prefill
-        c["node"].append(node)
-        c["start_s"].append(start_s)
-        c["end_s"].append(end_s)
-        c["graph_len"].append(graph_len)
-        c["model"].append(model)
-        c["chunk"].append(chunk)
-        c["requests"].append(len(requests))
+        nodes, starts, ends, graphs, models, chunks, counts = self._prefill_row
+        nodes.append(node)
+        starts.append(start_s)
+        ends.append(end_s)
+        graphs.append(graph_len)
+        models.append(model)
+        chunks.append(chunk)
+        counts.append(len(requests))
         self.prefill_ids.extend(requests)
 
     def add_decode_run(self, run: DecodeRun, first_s: float, priority: int) -> int:
@@ -143,22 +147,22 @@ class RunLog:
         return len(c["node"]) - 1
 
     def decode_end_s(self, index: int) -> float:
-        return self.decode["end_s"][index]
+        return self._decode_end[index]
 
     def extend_decode_run(self, index: int, end_s: float, steps: int) -> None:
         """Run `steps` more steps, to `end_s`, in the decode run `index`."""
-        self.decode["end_s"][index] = end_s
-        self.decode["steps"][index] += steps
+        self._decode_end[index] = end_s
+        self._decode_steps[index] += steps
 
     def occupied(self, time: float, batch: int, occupied: int, priority: int, kind: int) -> None:
         """Decode batch `batch` holds `occupied` requests from `time` on, after requests left
         or joined (`kind`) in an event of `priority` (the change's place at its instant)."""
-        c = self.changes
-        c["time"].append(time)
-        c["batch"].append(batch)
-        c["occupied"].append(occupied)
-        c["priority"].append(priority)
-        c["kind"].append(kind)
+        times, batches, counts, priorities, kinds = self._change_row
+        times.append(time)
+        batches.append(batch)
+        counts.append(occupied)
+        priorities.append(priority)
+        kinds.append(kind)
 
     def close(self) -> None:
         """Put the occupancy changes in the order they happened: by time, then the priority of
@@ -172,6 +176,7 @@ class RunLog:
                 ordered = array(v.typecode)
                 ordered.frombytes(np.frombuffer(v, dtype=_typed(v))[order].tobytes())
                 c[name] = ordered
+            self._change_row = tuple(c.values())
 
     def column(self, table: str, name: str) -> np.ndarray:
         """A column of `prefill`, `decode` or `changes`, as numpy (a view: do not write)."""
@@ -271,6 +276,7 @@ def _columns(types: dict[str, str]) -> dict[str, array[Any]]:
 
 SUBMITTED = ("id", "arrival_s", "prompt_tokens", "output_tokens", "model")
 RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
+WRITTEN = tuple(name for name in RECORD_FIELDS if name not in SUBMITTED)  # by the run
 
 
 class RequestSet:
@@ -316,6 +322,7 @@ class RecordTable:
             for name in RECORD_FIELDS
             if name not in SUBMITTED
         }
+        self._row = tuple(self._written[name] for name in WRITTEN)  # `store`'s order
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -324,20 +331,21 @@ class RecordTable:
         """Write a completed request's record into its row."""
         rows = self.requests.rows
         i = rec.id if rows is None else rows[rec.id]
-        w = self._written
-        w["graph_len"][i] = rec.graph_len
-        w["prefill_node"][i] = rec.prefill_node
-        w["prefill_start_s"][i] = rec.prefill_start_s
-        w["first_token_s"][i] = rec.first_token_s
-        w["decode_node"][i] = rec.decode_node
-        w["slot"][i] = rec.slot
-        w["slot_from_s"][i] = rec.slot_from_s
-        w["transfer_start_s"][i] = rec.transfer_start_s
-        w["transfer_end_s"][i] = rec.transfer_end_s
-        w["last_token_s"][i] = rec.last_token_s
-        w["join_step"][i] = rec.join_step
-        w["steps"][i] = rec.steps
-        w["completions"][i] = rec.completions
+        (graph, prefill_node, prefill_start, first, node, slot, slot_from, sent, received,
+         last, join, steps, completions) = self._row  # fmt: skip
+        graph[i] = rec.graph_len
+        prefill_node[i] = rec.prefill_node
+        prefill_start[i] = rec.prefill_start_s
+        first[i] = rec.first_token_s
+        node[i] = rec.decode_node
+        slot[i] = rec.slot
+        slot_from[i] = rec.slot_from_s
+        sent[i] = rec.transfer_start_s
+        received[i] = rec.transfer_end_s
+        last[i] = rec.last_token_s
+        join[i] = rec.join_step
+        steps[i] = rec.steps
+        completions[i] = rec.completions
 
     def column(self, name: str) -> np.ndarray:
         """One field of every request, in id order (a view of the table: do not write)."""
