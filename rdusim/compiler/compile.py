@@ -124,11 +124,14 @@ def build_kernels(
     only: Collection[str] | None = None,
     layer_input: LayerInput | None = None,
     part: str | None = None,
+    units: bool = True,
 ) -> list[Kernel]:
     """The kernels of one layer graph; `only` names the kernels to build (the sharding pass still
     sees them all, since layouts and traffic at a kernel's edges depend on its neighbours),
     `layer_input` is the layer input's layout when a caller already knows it (`shard`), and
-    `part` the placement part whose tier holds the weights (default: `kind`, a layer kind)."""
+    `part` the placement part whose tier holds the weights (default: `kind`, a layer kind);
+    without `units` the kernels' PCUs and PMUs are not allocated (a caller that reads only
+    their SRAM)."""
     sctx = shard_context(fused, wl, ctx)
     sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, layer_input)
     weights, cache = ctx.placement.weights_of(part or kind), ctx.placement.kv_cache
@@ -141,7 +144,7 @@ def build_kernels(
         ops = list(plans.values())
         place(ops, weights, cache)
         where = KernelPlace(fk.spec.name, fk.index, kind, fk.spec.tiling)
-        kernels.append(assemble_kernel(graph, where, ops, collectives, wl, ctx, check))
+        kernels.append(assemble_kernel(graph, where, ops, collectives, wl, ctx, check, units))
     return kernels
 
 
@@ -164,9 +167,10 @@ def assemble_kernel(
     wl: Workload,
     ctx: CompileContext,
     check: bool = True,
+    units: bool = True,
 ) -> Kernel:
     """One kernel from its ops' sharded plans and the collectives it hosts: tiles, SRAM plan,
-    the checks that it fits a socket (`check`), and its PCUs and PMUs."""
+    the checks that it fits a socket (`check`), and its PCUs and PMUs (`units`)."""
     hw = ctx.hw
     tiles, tile_tokens = _tiles(where.tiling, ops, wl, ctx)
     k = Kernel(
@@ -183,7 +187,8 @@ def assemble_kernel(
     if check:
         check_sram(k, where.kind, where.index, hw)
         check_units(k, where.kind, where.index, hw)
-    allocate(k, hw)
+    if units:
+        allocate(k, hw)
     return k
 
 
@@ -217,7 +222,7 @@ def _greedy(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[
             KernelSpec(name="trial", ops=ops, sharding=Sharding(tp=sockets)), 0, tuple(ops)
         )
         try:
-            ks = build_kernels(sub, [fk], kind, wl, ctx, check=False)
+            ks = build_kernels(sub, [fk], kind, wl, ctx, check=False, units=False)
         except SpecError:
             return math.inf
         return ks[0].sram_bytes
