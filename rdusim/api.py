@@ -313,7 +313,12 @@ def run_resolved(
         auto = auto_map(rm, search, progress=progress)
         rm = auto.mapping
     used: dict[int, float] = {}  # HBM bytes per socket of each batch compiled on the way
-    capacity_batch, program = _compile(rm, used)
+    known = auto.capacity if auto is not None else None
+    if known is not None and known.mapping is rm and rm.spec.batch == "max":
+        capacity_batch, program = known.batch, known.program  # what `_compile` would find
+        used.update(known.used)
+    else:
+        capacity_batch, program = _compile(rm, used)
     result = simulate(program, rm.hardware, trace=trace, sockets=sockets) if simulate_it else None
     extra: dict[str, Any] = {}
     if program.phase == "decode" and program.snapstream:

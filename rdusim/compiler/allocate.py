@@ -144,7 +144,8 @@ def _by_work(work: dict[str, float], floor: dict[str, int], total: int) -> dict[
     shares = {n: spare * w / total_work for n, w in work.items()}
     whole = {n: math.floor(s) for n, s in shares.items()}
     left = spare - sum(whole.values())
-    for n in sorted(names, key=lambda n: (whole[n] - shares[n], names.index(n)))[:left]:
+    position = {n: i for i, n in enumerate(names)}
+    for n in sorted(names, key=lambda n: (whole[n] - shares[n], position[n]))[:left]:
         whole[n] += 1
     return {n: pcus[n] + whole[n] for n in names}
 

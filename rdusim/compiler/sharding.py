@@ -719,10 +719,16 @@ def fused_shardings(
 ) -> Callable[[Op], OpSharding]:
     """Each op's sharding as the fused kernels set it (overrides, `all`, a batch too small)."""
     kernel_of = {n: fk for fk in fused for n in fk.ops}
+    known: dict[str, tuple[Op, OpSharding]] = {}  # a walk asks twice for each op
 
     def sharding_of(op: Op) -> OpSharding:
+        seen = known.get(op.name)
+        if seen is not None and seen[0] is op:
+            return seen[1]
         sh = resolve_sharding(kernel_of[op.name], op.name, kind, ctx.sockets)
-        return small_batch_split(op, sh, ctx.workload.batch)
+        sh = small_batch_split(op, sh, ctx.workload.batch)
+        known[op.name] = (op, sh)
+        return sh
 
     return sharding_of
 
