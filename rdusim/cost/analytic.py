@@ -489,6 +489,38 @@ def kernel_latency_s(
     ).latency_s
 
 
+# How far below the closed form's own sums `latency_lower_bound_s` stays: more than the
+# rounding of the pipeline's float arithmetic (a few ulps over tens of terms), far less than any
+# difference between two candidate kernels.
+BOUND_MARGIN = 1e-9
+
+
+def latency_lower_bound_s(
+    kernel: Kernel, hw: Hardware, *, orchestration: Orchestration | str = Orchestration.HARDWARE
+) -> float:
+    """A number no larger than `kernel_latency_s` of one unlooped call of `kernel`, for a
+    fraction of its cost: the call, and of the pipeline what no schedule escapes (a channel
+    serves all of its jobs one after another, and an op's last tile ends no sooner than its
+    whole compute after it starts): the HBM channel's, DDR's and the links' work, and the
+    longest op's compute. A search skips pricing a candidate this bound already rules out."""
+    socket = hw.socket
+    hbm_bytes = ddr_bytes = 0.0
+    compute = 0.0
+    fpp = socket.flops_per_pcu
+    for p in kernel.ops:
+        h, d = p.traffic()
+        hbm_bytes += h
+        ddr_bytes += d
+        rate = p.pcus * fpp * hw.calibration.efficiency(p.cost_class)
+        if rate > 0 and p.flops > 0:
+            compute = max(compute, p.flops / rate)
+    hbm = hbm_bytes / (socket.hbm.bandwidth * hw.calibration.hbm_efficiency)
+    ddr = ddr_bytes / socket.ddr.bandwidth
+    p2p = sum(c.bytes for c in kernel.collectives) / hw.links.p2p_bandwidth
+    floor = max(hbm, ddr, p2p, compute) * (1.0 - BOUND_MARGIN)
+    return call_cost(kernel, hw, orchestration) + floor
+
+
 def kernel_latencies_s(
     kernels: Sequence[Kernel],
     hw: Hardware,
