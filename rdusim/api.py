@@ -48,16 +48,18 @@ class MapRun:
 
 def clear_caches() -> None:
     """Forget what runs in this process keep for later ones (kernel timings, ensemble prices,
-    greedy auto-mappings, expert shares): the next run starts as a fresh process does. Every
+    greedy auto-mappings, expert shares, parsed spec files): the next run starts as a fresh process does. Every
     kept result is a pure function of its key, so this changes no answer, only the time; the
     benchmarks call it to time cold runs."""
     from rdusim.compiler.compile import clear_greedy
     from rdusim.compiler.experts import expert_share
     from rdusim.sim.model import clear_timings
+    from rdusim.spec.yamlio import clear_parsed
     from rdusim.uncertainty.pricing import clear_prices
 
     clear_timings()
     clear_prices()
+    clear_parsed()
     clear_greedy()
     expert_share.cache_clear()
 
