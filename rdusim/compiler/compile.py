@@ -25,7 +25,9 @@ from rdusim.compiler.program import (
     Program,
 )
 from rdusim.compiler.sharding import (
+    BaseKey,
     LayerInput,
+    OpBase,
     ShardContext,
     fused_shardings,
     sharding_errors,
@@ -125,15 +127,16 @@ def build_kernels(
     layer_input: LayerInput | None = None,
     part: str | None = None,
     units: bool = True,
+    bases: dict[BaseKey, OpBase] | None = None,
 ) -> list[Kernel]:
     """The kernels of one layer graph; `only` names the kernels to build (the sharding pass still
     sees them all, since layouts and traffic at a kernel's edges depend on its neighbours),
     `layer_input` is the layer input's layout when a caller already knows it (`shard`), and
     `part` the placement part whose tier holds the weights (default: `kind`, a layer kind);
     without `units` the kernels' PCUs and PMUs are not allocated (a caller that reads only
-    their SRAM)."""
+    their SRAM); `bases` keeps the sharding walk's ops for walks of other subgraphs (`walk`)."""
     sctx = shard_context(fused, wl, ctx)
-    sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, layer_input)
+    sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, layer_input, bases)
     weights, cache = ctx.placement.weights_of(part or kind), ctx.placement.kv_cache
     kernels: list[Kernel] = []
     for fk in fused:
@@ -215,6 +218,9 @@ def _auto(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[Ke
 
 def _greedy(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[KernelSpec]:
     sockets = ctx.hw.sockets
+    # the trial kernels are subgraphs of `graph` that grow an op at a time: most of their ops'
+    # sharded plans are the last trial's (`walk`'s `bases`)
+    bases: dict[BaseKey, OpBase] = {}
 
     def estimate(ops: list[str]) -> float:
         sub = graph.subgraph(ops)
@@ -222,7 +228,7 @@ def _greedy(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[
             KernelSpec(name="trial", ops=ops, sharding=Sharding(tp=sockets)), 0, tuple(ops)
         )
         try:
-            ks = build_kernels(sub, [fk], kind, wl, ctx, check=False, units=False)
+            ks = build_kernels(sub, [fk], kind, wl, ctx, check=False, units=False, bases=bases)
         except SpecError:
             return math.inf
         return ks[0].sram_bytes
