@@ -184,7 +184,7 @@ def assemble_kernel(
         kv_block=where.tiling.kv_block,
     )
     members = {p.name for p in ops}
-    k.edges = [(a, b) for a, b in graph.edges() if a in members and b in members]
+    k.edges = graph.edges_within(members)
     k.collectives = collectives
     plan_sram(k, graph, wl, hw)
     if check:
