@@ -89,18 +89,33 @@ class Store:
         self._on_get = self._trigger_put
 
     def put(self, item: Any) -> Event:
+        env = self.env
         ev = Event.__new__(Event)
-        ev.env = self.env
+        ev.env = env
         ev.callbacks = [self._on_put]
+        if not self._puts and len(self.items) < self.capacity:
+            # `_trigger_put` with this put the only one waiting: taken at once
+            self.items.append(item)
+            ev._ok = True
+            ev._value = None
+            heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))  # type: ignore[attr-defined]
+            return ev
         ev.item = item  # type: ignore[attr-defined]
         self._puts.append(ev)
         self._trigger_put(None)
         return ev
 
     def get(self) -> Event:
+        env = self.env
         ev = Event.__new__(Event)
-        ev.env = self.env
+        ev.env = env
         ev.callbacks = [self._on_get]
+        if not self._gets and self.items:
+            # `_trigger_get` with this get the only one waiting: served at once
+            ev._ok = True
+            ev._value = self.items.popleft()
+            heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))  # type: ignore[attr-defined]
+            return ev
         self._gets.append(ev)
         self._trigger_get(None)
         return ev
@@ -134,10 +149,12 @@ class PriorityResource:
     def request(self, priority: int = 0) -> Event:
         ev = _event(self.env)
         ev.key = (priority, self.env._now, False)  # type: ignore[attr-defined]
-        if self._queue:
-            insort_right(self._queue, ev, key=_key)
-        else:
-            self._queue.append(ev)
+        if not self._queue and len(self.users) < self.capacity:
+            # `_trigger_put` with this request the only one waiting: granted at once
+            self.users.append(ev)
+            _succeed(ev)
+            return ev
+        insort_right(self._queue, ev, key=_key)
         self._trigger_put(None)
         return ev
 
