@@ -101,6 +101,7 @@ class LayerSearch:
     )
     _seconds: dict[CandidateKey, float] = field(default_factory=dict)
     _bounds: dict[CandidateKey, float] = field(default_factory=dict)  # `_bound`'s, by candidate
+    _fits: dict[tuple[ShardingPlan, int, int], Candidate | Refusal] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         pool = KernelPool(self.graph, self.workload, self.ctx)
@@ -145,6 +146,17 @@ class LayerSearch:
         """The tiling `best_kernel` picks, not yet costed. K/V blocks are tried largest first
         and the first that fits wins: a larger block only saves K/V re-reads (its cost is
         SRAM), so no smaller one is faster."""
+        if sram_cap == math.inf:  # the search asks for each one twice (its bound, its cost)
+            key = (plan, start, end)
+            found = self._fits.get(key)
+            if found is None:
+                found = self._fits[key] = self._first_fit_within(plan, start, end, sram_cap)
+            return found
+        return self._first_fit_within(plan, start, end, sram_cap)
+
+    def _first_fit_within(
+        self, plan: ShardingPlan, start: int, end: int, sram_cap: float
+    ) -> Candidate | Refusal:
         builder = self.builders[plan]
         first: Refusal | None = None
         for kv in builder.kv_blocks(start, end):

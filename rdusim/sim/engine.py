@@ -273,7 +273,7 @@ class _Run:
                 elif m is not None:  # `transfer`, inlined: the same events in the same order
                     req = m.res.request(priority=it)
                     yield req
-                    start = env.now
+                    start = env._now
                     yield env.timeout(m.seconds)
                     if socket == 0:
                         self.moved(m, name)
@@ -300,7 +300,7 @@ class _Run:
                 elif m is not None:  # `transfer`, inlined
                     req = m.res.request(priority=it)
                     yield req
-                    start = env.now
+                    start = env._now
                     yield env.timeout(m.seconds)
                     if socket == 0:
                         self.moved(m, name)
@@ -318,20 +318,33 @@ class _Run:
         socket: int,
     ) -> Process:
         per_tile = c.bytes / self.n
+        seconds = per_tile / self.rates["p2p"]
         label = f"{c.kind} {c.tensor}"
         fed = c.src in {p.name for p in self.kernel.ops}
+        env, barrier, trace = self.env, self.barriers[id(c)], self.trace
         for it in range(self.iterations):
             if not fed and it > 0:
                 yield self.done[socket][it - 1]  # it converts what the last iteration wrote
             for i in range(self.n):
                 if fed:
                     yield inbox.get()
-                start = self.env.now
+                start = env._now
                 if i == 0 and c.rounds:
-                    yield self.env.timeout(c.rounds * self.hw.links.p2p_latency_s)
-                yield from self.transfer(p2p, per_tile, "p2p", label, socket, it)
-                yield self.barriers[id(c)].arrive((it, i))
-                self.record("P2P", label, start, socket)
+                    yield env.timeout(c.rounds * self.hw.links.p2p_latency_s)
+                if per_tile > 0:  # `transfer`, inlined: the same events in the same order
+                    req = p2p.request(priority=it)
+                    yield req
+                    moved = env._now
+                    yield env.timeout(seconds)
+                    if socket == 0:
+                        self.totals["p2p"] += seconds
+                        self.totals["p2p_bytes"] += per_tile
+                    if trace:
+                        self.record("P2P", label, moved, socket)
+                    p2p.release(req)
+                yield barrier.arrive((it, i))
+                if trace:
+                    self.record("P2P", label, start, socket)
                 yield outbox.put(i)
 
     def stage(
@@ -356,22 +369,22 @@ class _Run:
         outputs += [coll_in[id(c)].put for c in w.coll_from_src[p.name]]
         if wbox is not None:
             outputs.append(wbox.put)
-        env, load, name, accounts = self.env, loaded.get, p.name, socket == 0
+        env, load, name, accounts, trace = self.env, loaded.get, p.name, socket == 0, self.trace
+        later = 0 if p.blocking else 1  # inputs taken for each tile after the first
         for it in range(self.iterations):
             if source and it > 0:
                 yield self.done[socket][it - 1]  # the layer input is the last iteration's output
             for i in range(self.n):
-                waits = waits_first if i == 0 else (0 if p.blocking else 1)
-                for _ in range(waits):
+                for _ in range(waits_first if i == 0 else later):
                     for take in inputs:
                         yield take()
                 yield load()
-                start = env.now
+                start = env._now
                 if per_tile:
                     yield env.timeout(per_tile)
                     if accounts:
                         self.busy[name] += per_tile
-                if self.trace:
+                if trace:
                     self.record("op", name, start, socket)
                 for give in outputs:
                     yield give(i)
