@@ -316,6 +316,7 @@ def run_resolved(
         rm = auto.mapping
     used: dict[int, float] = {}  # HBM bytes per socket of each batch compiled on the way
     known = auto.capacity if auto is not None else None
+    capacity_batch: int | None
     if known is not None and known.mapping is rm and rm.spec.batch == "max":
         capacity_batch, program = known.batch, known.program  # what `_compile` would find
         used.update(known.used)

@@ -38,7 +38,7 @@ def _by_work(
     remainders to the largest fractions (ties to the earlier op)."""
     names = list(work)
     spare = total - sum(floor.values())
-    total_work: Floats = sum(work.values(), np.zeros(m))  # type: ignore[arg-type]
+    total_work: Floats = sum(work.values(), np.zeros(m))
     out = {n: np.full(m, float(floor[n])) for n in names}
     if spare <= 0 or not names:
         return out

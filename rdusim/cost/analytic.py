@@ -450,7 +450,8 @@ def estimate(
     """Closed-form timing of `kernel`, one call covering `looped_executions` executions."""
     pipe = pipeline_s(kernel, hw)
     hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
-    hbm_bytes = ddr_bytes = 0
+    hbm_bytes: float = 0
+    ddr_bytes: float = 0
     for p in kernel.ops:  # the sums of `hbm_bytes` and `ddr_bytes`, in op order
         h, d = p.traffic()
         hbm_bytes += h

@@ -63,7 +63,9 @@ class _Members:
     def __init__(self, hws: Sequence[Hardware]) -> None:
         self.m = len(hws)
         self.hws = hws
-        self.hbm_rate = np.array([h.socket.hbm.bandwidth * h.calibration.hbm_efficiency for h in hws])
+        self.hbm_rate = np.array(
+            [h.socket.hbm.bandwidth * h.calibration.hbm_efficiency for h in hws]
+        )
         self.p2p_rate = np.array([h.links.p2p_bandwidth for h in hws])
         self.p2p_latency = np.array([h.links.p2p_latency_s for h in hws])
         self.fpp = np.array([h.socket.flops_per_pcu for h in hws])
@@ -72,7 +74,9 @@ class _Members:
 
     def efficiency(self, cost_class: str) -> Floats:
         if cost_class not in self._eff:
-            self._eff[cost_class] = np.array([h.calibration.efficiency(cost_class) for h in self.hws])
+            self._eff[cost_class] = np.array(
+                [h.calibration.efficiency(cost_class) for h in self.hws]
+            )
         return self._eff[cost_class]
 
 
@@ -104,7 +108,10 @@ class _Pipe:
             )
         self.phase: dict[str, int] = {}
         for s in self.stages.values():
-            up = [*self.producers.get(s.name, ()), *(f.src for f in self.feeds.get(s.name, ()) if f.src)]
+            up = [
+                *self.producers.get(s.name, ()),
+                *(f.src for f in self.feeds.get(s.name, ()) if f.src),
+            ]
             self.phase[s.name] = max((self.phase[u] for u in up), default=0) + int(s.blocking)
         self.start: dict[str, Floats] = {}
         self.end: dict[str, Floats] = {}
@@ -134,7 +141,7 @@ def _tile_rate(per_tile: list[Floats], caps: list[Floats], zero: Floats) -> Floa
     seconds = np.take_along_axis(seconds, order, axis=0)
     cap = np.take_along_axis(cap, order, axis=0)
     used = zero
-    remaining: Floats = sum(per_tile, zero)  # type: ignore[arg-type]
+    remaining: Floats = sum(per_tile, zero)
     rate = np.full(zero.shape, math.inf)
     going = np.ones(zero.shape, dtype=bool)
     for c, s in zip(cap, seconds, strict=True):
@@ -263,7 +270,7 @@ def estimates(
     pipe = _pipeline_s(_Pipe(kernel, units, mb))
     period = pipe
     if looped_executions > 1 and kernel.prefetch_iteration:
-        hbm_bytes = 0
+        hbm_bytes: float = 0  # `estimate`'s sum, in op order
         for p in kernel.ops:
             hbm_bytes += p.traffic()[0]
         p2p_bytes = sum(c.bytes for c in kernel.collectives)

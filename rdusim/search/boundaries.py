@@ -48,9 +48,12 @@ def best_cuts(
         for i in range(j - 1, -1, -1):
             prefixes = best[i]
             # a bound can rule a kernel out only when every count it would make has a cut
-            if bound is not None and all(m + 1 in here for m in prefixes):
-                if _ruled_out(bound(i, j), prefixes, here):
-                    continue
+            if (
+                bound is not None
+                and all(m + 1 in here for m in prefixes)
+                and _ruled_out(bound(i, j), prefixes, here)
+            ):
+                continue
             c = cost(i, j)
             if not math.isfinite(c):
                 if stop is not None and stop(i, j):

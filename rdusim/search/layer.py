@@ -11,9 +11,9 @@ from enum import StrEnum
 
 from rdusim.compiler.compile import CompileContext
 from rdusim.compiler.program import Kernel
+from rdusim.cost.analytic import latency_lower_bound_s
 from rdusim.ir.graph import Graph, Workload
 from rdusim.search.boundaries import Cut, best_cuts
-from rdusim.cost.analytic import latency_lower_bound_s
 from rdusim.search.costing import KernelCost, analytic_cost
 from rdusim.search.segments import (
     Candidate,

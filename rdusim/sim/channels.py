@@ -41,7 +41,7 @@ def _succeed(ev: Event, value: Any = None) -> None:
     ev._ok = True
     ev._value = value
     env = ev.env
-    heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))  # type: ignore[attr-defined]
+    heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
 
 
 class Environment(simpy.Environment):
@@ -65,7 +65,7 @@ class Environment(simpy.Environment):
         queue = self._queue
         while queue:
             self._now, _, _, event = heappop(queue)
-            callbacks, event.callbacks = event.callbacks, None
+            callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
             for callback in callbacks:
                 callback(event)
             if not event._ok and not hasattr(event, "_defused"):
@@ -98,7 +98,7 @@ class Store:
             self.items.append(item)
             ev._ok = True
             ev._value = None
-            heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))  # type: ignore[attr-defined]
+            heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
             return ev
         ev.item = item  # type: ignore[attr-defined]
         self._puts.append(ev)
@@ -114,7 +114,7 @@ class Store:
             # `_trigger_get` with this get the only one waiting: served at once
             ev._ok = True
             ev._value = self.items.popleft()
-            heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))  # type: ignore[attr-defined]
+            heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
             return ev
         self._gets.append(ev)
         self._trigger_get(None)

@@ -238,17 +238,15 @@ class _Run:
     # --- processes -------------------------------------------------------------------------
     def move_of(
         self, channels: tuple[PriorityResource, PriorityResource], nbytes: tuple[float, float]
-    ) -> _Move | None | bool:
-        """How `fetch` moves a tile of `nbytes` (HBM, DDR): over one channel (its `_Move`),
-        not at all (None), or over both at once (True)."""
+    ) -> _Move | None:
+        """How `fetch` moves a tile of `nbytes` (HBM, DDR) that is not on both channels at once:
+        over one channel (its `_Move`), or not at all (None)."""
         on_hbm, on_ddr = nbytes
         if on_ddr <= 0:
             if on_hbm <= 0:
                 return None
             return _Move(channels[0], "hbm", on_hbm, on_hbm / self.rates["hbm"])
-        if on_hbm <= 0:
-            return _Move(channels[1], "ddr", on_ddr, on_ddr / self.rates["ddr"])
-        return True
+        return _Move(channels[1], "ddr", on_ddr, on_ddr / self.rates["ddr"])
 
     def moved(self, m: _Move, who: str) -> None:
         """`transfer`'s accounting of one tile moved on socket 0."""
@@ -264,11 +262,12 @@ class _Run:
         socket: int,
     ) -> Process:
         per_tile = (p.hbm_in_bytes / self.n, p.ddr_in_bytes / self.n)
-        m = self.move_of(channels, per_tile)
+        both = per_tile[0] > 0 and per_tile[1] > 0  # `fetch` moves it over both at once
+        m = None if both else self.move_of(channels, per_tile)
         env, put, name, trace = self.env, out.put, p.name, self.trace
         for it in range(self.iterations):
             for i in range(self.n):
-                if m is True:
+                if both:
                     yield from self.fetch(channels, per_tile, name, socket, it)
                 elif m is not None:  # `transfer`, inlined: the same events in the same order
                     req = m.res.request(priority=it)
@@ -290,12 +289,13 @@ class _Run:
         socket: int,
     ) -> Process:
         per_tile = ((p.hbm_write - p.ddr_write) / self.n, p.ddr_write / self.n)
-        m = self.move_of(channels, per_tile)
+        both = per_tile[0] > 0 and per_tile[1] > 0  # `fetch` moves it over both at once
+        m = None if both else self.move_of(channels, per_tile)
         env, get, name, trace = self.env, inbox.get, p.name, self.trace
         for it in range(self.iterations):
             for _ in range(self.n):
                 yield get()
-                if m is True:
+                if both:
                     yield from self.fetch(channels, per_tile, name, socket, it)
                 elif m is not None:  # `transfer`, inlined
                     req = m.res.request(priority=it)

@@ -21,7 +21,9 @@ from rdusim.uncertainty.parameters import with_values
 
 
 @cache
-def _kernels(name: str, overrides: tuple[str, ...], kind: str | None) -> tuple[list[Kernel], Hardware]:
+def _kernels(
+    name: str, overrides: tuple[str, ...], kind: str | None
+) -> tuple[list[Kernel], Hardware]:
     rm = load_mapping(name, list(overrides))
     if kind is None:
         program = compile_mapping(rm, batch=4 if rm.spec.phase == "decode" else None)
@@ -62,7 +64,9 @@ def test_every_path_of_the_pmu_search_is_taken_alike():
     kernels, hw = _kernels("llama31_8b_decode", ("batch=4",), "dense")
     paths = set()
     for pmus in (hw.socket.pmus, 400, 120, 30):
-        socket = hw.socket.model_copy(update={"pmus": pmus, "sram_bytes": pmus * hw.socket.pmu_bytes})
+        socket = hw.socket.model_copy(
+            update={"pmus": pmus, "sram_bytes": pmus * hw.socket.pmu_bytes}
+        )
         small = hw.model_copy(update={"socket": socket})
         members = [small, with_values(small, {"hbm_efficiency": 0.3, "gemm_efficiency": 0.9})]
         for k in kernels[:20]:
@@ -72,7 +76,10 @@ def test_every_path_of_the_pmu_search_is_taken_alike():
                 assert {n: (int(p[i]), int(m[i])) for n, (p, m) in got.items()} == alone
             rows = _Rows(k, members, phases(k))
             slack, least = _slack(rows, pmus, len(members))
-            paths |= {"least" if x else ("search" if s > 1 else "fits") for s, x in zip(slack, least)}
+            paths |= {
+                "least" if x else ("search" if s > 1 else "fits")
+                for s, x in zip(slack, least, strict=True)
+            }
     assert paths == {"fits", "search", "least"}
 
 

@@ -599,9 +599,18 @@ def test_an_op_base_is_kept_by_every_part_of_what_it_is_made_from(r1):
         _base_key(graph, op, OpSharding("tp", 8, ("x",)), need, Layout.R, base_ctx),
         _base_key(graph, op, sh, [Layout.T] * len(need), Layout.R, base_ctx),
         _base_key(graph, op, sh, need, Layout.T, base_ctx),
-        _base_key(graph, op, sh, need, Layout.R, ctx(workload_for(Phase.DECODE, 8, 4096, None, 1), False)),
+        _base_key(
+            graph, op, sh, need, Layout.R, ctx(workload_for(Phase.DECODE, 8, 4096, None, 1), False)
+        ),
         _base_key(graph, op, sh, need, Layout.R, ctx(wl, True)),
-        _base_key(graph, op, sh, need, Layout.R, dataclasses.replace(base_ctx, routing=Routing("zipf", 1.0))),
+        _base_key(
+            graph,
+            op,
+            sh,
+            need,
+            Layout.R,
+            dataclasses.replace(base_ctx, routing=Routing("zipf", 1.0)),
+        ),
         _base_key(without_producer, op, sh, need, Layout.R, base_ctx),
         _base_key(without_consumers, op, sh, need, Layout.R, base_ctx),
         _base_key(other_graph, other_graph.ops[order[1]], sh, need, Layout.R, base_ctx),

@@ -394,7 +394,11 @@ def test_the_lower_bound_is_the_call_and_the_busiest_resource():
 @given(
     st.lists(
         st.tuples(
-            st.floats(0, 1e13), st.floats(0, 1e10), st.floats(0, 1e9), st.booleans(), st.integers(0, 64)
+            st.floats(0, 1e13),
+            st.floats(0, 1e10),
+            st.floats(0, 1e9),
+            st.booleans(),
+            st.integers(0, 64),
         ),
         min_size=1,
         max_size=5,

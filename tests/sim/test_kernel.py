@@ -266,9 +266,19 @@ def test_a_pipeline_run_is_kept_by_every_part_of_what_the_engine_reads(monkeypat
     )
     changed = [
         _run(dataclasses.replace(k, ops=[op, *k.ops[1:]]), hw, tiles=16, iterations=2),
-        _run(dataclasses.replace(k, collectives=[link, *k.collectives[1:]]), hw, tiles=16, iterations=2),
+        _run(
+            dataclasses.replace(k, collectives=[link, *k.collectives[1:]]),
+            hw,
+            tiles=16,
+            iterations=2,
+        ),
         _run(dataclasses.replace(k, edges=[]), hw, tiles=16, iterations=2),
-        _run(dataclasses.replace(k, prefetch_iteration=not k.prefetch_iteration), hw, tiles=16, iterations=2),
+        _run(
+            dataclasses.replace(k, prefetch_iteration=not k.prefetch_iteration),
+            hw,
+            tiles=16,
+            iterations=2,
+        ),
         _run(k, slow, tiles=16, iterations=2),
         _run(k, hw, tiles=8, iterations=2),
         _run(k, hw, tiles=16, iterations=3),

@@ -280,7 +280,9 @@ def test_the_ensemble_priced_together_is_the_ensemble_priced_one_by_one(run, mon
     pricer = AnchoredPricer(run.program, run.result, hw)
     scalar: list[str] = []
     real = pricing.estimate
-    monkeypatch.setattr(pricing, "estimate", lambda k, *a, **kw: scalar.append(k.name) or real(k, *a, **kw))
+    monkeypatch.setattr(
+        pricing, "estimate", lambda k, *a, **kw: scalar.append(k.name) or real(k, *a, **kw)
+    )
     together = [_timings(r) for r in pricer.price_all(members)]
     assert together == alone
     assert scalar == []  # no member was priced one at a time
