@@ -25,10 +25,16 @@ Floats = NDArray[np.float64]
 
 
 def same_socket(hws: list[Hardware]) -> bool:
-    """Whether `hws` differ at most in what `allocations` takes per member (calibration and
-    links): the same socket and node, so that one pass serves them all."""
+    """Whether `hws` differ at most in what the passes over members take per member (the
+    calibration, the links' bandwidth and latency): the same socket, node and link topology,
+    so that one pass serves them all."""
     first = hws[0]
-    return all(h.socket == first.socket and h.node == first.node for h in hws[1:])
+    return all(
+        h.socket == first.socket
+        and h.node == first.node
+        and h.links.topology == first.links.topology
+        for h in hws[1:]
+    )
 
 
 def _by_work(

@@ -86,5 +86,7 @@ def test_every_path_of_the_pmu_search_is_taken_alike():
 def test_members_of_another_socket_are_not_one_set():
     _, hw = _kernels("llama31_8b_decode", ("batch=4",), "dense")
     other = hw.model_copy(update={"socket": hw.socket.model_copy(update={"pcus": 520})})
-    assert same_socket([hw, with_values(hw, {"gemm_efficiency": 0.5})])
+    ring = hw.model_copy(update={"links": hw.links.model_copy(update={"topology": "ring"})})
+    assert same_socket([hw, with_values(hw, {"gemm_efficiency": 0.5, "p2p_latency_s": 1e-5})])
     assert not same_socket([hw, other])
+    assert not same_socket([hw, ring])

@@ -286,3 +286,26 @@ def test_the_ensemble_priced_together_is_the_ensemble_priced_one_by_one(run, mon
     together = [_timings(r) for r in pricer.price_all(members)]
     assert together == alone
     assert scalar == []  # no member was priced one at a time
+
+
+def test_members_of_another_socket_are_priced_one_by_one(llama_decode):
+    """A member whose socket differs (here its DDR bandwidth) is not priced with the others:
+    `price_all` prices every member as `price` does alone."""
+    hw = llama_decode.mapping.hardware
+    ddr = hw.socket.ddr.model_copy(update={"bandwidth": hw.socket.ddr.bandwidth / 2})
+    members = [
+        with_values(hw, {"hbm_efficiency": 0.6}),
+        hw.model_copy(update={"socket": hw.socket.model_copy(update={"ddr": ddr})}),
+    ]
+    pricing.clear_prices()
+    together = [
+        _timings(r)
+        for r in AnchoredPricer(llama_decode.program, llama_decode.result, hw).price_all(members)
+    ]
+    alone = []
+    for m in members:
+        pricing.clear_prices()
+        alone.append(
+            _timings(AnchoredPricer(llama_decode.program, llama_decode.result, hw).price(m))
+        )
+    assert together == alone
