@@ -44,3 +44,23 @@ def test_reproduce_help_names_its_targets(run_cli) -> None:
     assert "--hardware PRESET_OR_FILE" in flat
     code, _, err = run_cli(["reproduce", "table6"])
     assert code == 2 and "invalid choice: 'table6'" in err
+
+
+def test_a_command_collects_garbage_less_often_and_the_same_answer_comes_out(run_cli) -> None:
+    """`main` raises the collector's first threshold (to `GC_THRESHOLD`, never lowering one a
+    caller set higher); a report is the same whatever it is."""
+    import gc
+
+    from rdusim.cli import GC_THRESHOLD
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, *before[1:])
+        code, out, _ = run_cli(["map", "llama31_8b_decode", "--set", "batch=1", "--json"])
+        assert code == 0 and gc.get_threshold()[0] == GC_THRESHOLD
+        gc.set_threshold(GC_THRESHOLD * 10, *before[1:])
+        again = run_cli(["map", "llama31_8b_decode", "--set", "batch=1", "--json"])
+        assert gc.get_threshold()[0] == GC_THRESHOLD * 10
+        assert again[1] == out
+    finally:
+        gc.set_threshold(*before)

@@ -40,9 +40,12 @@ def efficiency(hw: Hardware, cost_class: CostClass) -> float:
 
 def min_pcus(p: OpPlan, hw: Hardware) -> int:
     """The fewest PCUs an op can be placed on (0 for an op without arithmetic)."""
+    return _least_pcus(p, hw.socket.pcu.stages)
+
+
+def _least_pcus(p: OpPlan, stages: int) -> int:
     if p.cost_class == CostClass.MEMORY or p.flops <= 0:
         return 0
-    stages = hw.socket.pcu.stages
     if p.cost_class == CostClass.SYSTOLIC:
         return 1
     if p.cost_class == CostClass.ATTENTION:
@@ -72,9 +75,26 @@ def pcu_seconds(p: OpPlan, hw: Hardware) -> float:
 def phases(kernel: Kernel) -> dict[str, int]:
     """Each op's phase: a blocking op (softmax over a row, top-k) waits for its whole input, so
     it and what follows run after what precedes it."""
+    names = {p.name for p in kernel.ops}
     producers: dict[str, list[str]] = {}
+    forward = True
+    position = {p.name: i for i, p in enumerate(kernel.ops)}
     for src, dst in kernel.edges:
         producers.setdefault(dst, []).append(src)
+        if src in names and dst in names and position[src] >= position[dst]:
+            forward = False
+    if forward:  # every producer before its consumers (as compiled kernels come): one pass
+        phase: dict[str, int] = {}
+        for p in kernel.ops:
+            ups = [phase[u] for u in producers.get(p.name, ()) if u in names]
+            phase[p.name] = max(ups, default=0) + int(p.blocking)
+        return phase
+    return _phases_in_any_order(kernel, producers, names)
+
+
+def _phases_in_any_order(
+    kernel: Kernel, producers: dict[str, list[str]], names: set[str]
+) -> dict[str, int]:
     phase: dict[str, int] = {}
 
     def of(p: OpPlan) -> int:
@@ -84,7 +104,6 @@ def phases(kernel: Kernel) -> dict[str, int]:
             phase[p.name] = max(ups, default=0) + int(p.blocking)
         return phase[p.name]
 
-    names = {p.name for p in kernel.ops}
     for p in kernel.ops:
         of(p)
     return phase
@@ -95,17 +114,20 @@ def phase_memory_s(kernel: Kernel, hw: Hardware, phase: dict[str, int]) -> dict[
     at DDR's (a separate channel), or the bytes of the collectives that feed them over the
     links, whichever is longest."""
     hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
+    ddr_rate = hw.socket.ddr.bandwidth
     hbm: dict[int, float] = {}
-    for p in kernel.ops:
-        hbm[phase[p.name]] = hbm.get(phase[p.name], 0.0) + p.hbm_bytes / hbm_rate
     ddr: dict[int, float] = {}
     for p in kernel.ops:
-        ddr[phase[p.name]] = ddr.get(phase[p.name], 0.0) + p.ddr_bytes / hw.socket.ddr.bandwidth
+        k = phase[p.name]
+        hbm_bytes, ddr_bytes = p.traffic()
+        hbm[k] = hbm.get(k, 0.0) + hbm_bytes / hbm_rate
+        ddr[k] = ddr.get(k, 0.0) + ddr_bytes / ddr_rate
     links: dict[int, float] = {}
+    p2p_rate = hw.links.p2p_bandwidth
     for c in kernel.collectives:
         at = c.dst if c.dst in phase else c.src
         k = phase.get(at, 0) if at is not None else 0
-        links[k] = links.get(k, 0.0) + c.bytes / hw.links.p2p_bandwidth
+        links[k] = links.get(k, 0.0) + c.bytes / p2p_rate
     return {
         k: max(hbm.get(k, 0.0), ddr.get(k, 0.0), links.get(k, 0.0)) for k in set(hbm) | set(links)
     }
@@ -122,7 +144,8 @@ def _by_work(work: dict[str, float], floor: dict[str, int], total: int) -> dict[
     shares = {n: spare * w / total_work for n, w in work.items()}
     whole = {n: math.floor(s) for n, s in shares.items()}
     left = spare - sum(whole.values())
-    for n in sorted(names, key=lambda n: (whole[n] - shares[n], names.index(n)))[:left]:
+    position = {n: i for i, n in enumerate(names)}
+    for n in sorted(names, key=lambda n: (whole[n] - shares[n], position[n]))[:left]:
         whole[n] += 1
     return {n: pcus[n] + whole[n] for n in names}
 
@@ -137,6 +160,7 @@ class _Demand:
     rows: list[tuple[str, float, float, int, int, int]]
     fixed_pmus: int  # the buffers of the ops without arithmetic
     staging: float
+    buffers: dict[str, int]  # every op's buffer PMUs (`buffer_pmus`)
 
     def least(self) -> dict[str, int]:
         """The minimum placement."""
@@ -162,9 +186,11 @@ class _Demand:
         """The PMUs of the placement `wanted(slack)`: each op's operand staging or buffers,
         whichever needs more (ops without arithmetic: their buffers)."""
         total = self.fixed_pmus
-        ceil, staging = math.ceil, self.staging
+        ceil, staging, inf = math.ceil, self.staging, math.inf
         for _, root, pace, least, shared, b in self.rows:
-            total += max(b, ceil(staging * _pcus(root, pace, least, shared, slack)))
+            # `_pcus`, inlined: the PMU search calls this a few times per kernel it allocates
+            need = root / (pace * slack) if pace > 0 else inf
+            total += max(b, ceil(staging * max(least, min(shared, ceil(need * (1 - 1e-9))))))
         return total
 
 
@@ -176,9 +202,22 @@ def _pcus(root: float, pace: float, least: int, shared: int, slack: float) -> in
 
 
 def _demand(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -> _Demand:
-    least = {p.name: min_pcus(p, hw) for p in kernel.ops}
-    work = {p.name: pcu_seconds(p, hw) for p in kernel.ops if least[p.name] > 0}
-    shared = _by_work(work, {n: least[n] for n in work}, hw.socket.pcus)
+    socket = hw.socket
+    stages, pmu_bytes, fpp = socket.pcu.stages, socket.pmu_bytes, socket.flops_per_pcu
+    rates: dict[CostClass, float] = {}  # PCU flops/s at each cost class's efficiency
+    least: dict[str, int] = {}
+    work: dict[str, float] = {}
+    buffers: dict[str, int] = {}
+    for p in kernel.ops:
+        n = p.name
+        least[n] = floor = _least_pcus(p, stages)
+        if floor > 0:  # `pcu_seconds`, its hardware constants read once
+            rate = rates.get(p.cost_class)
+            if rate is None:
+                rate = rates[p.cost_class] = fpp * efficiency(hw, p.cost_class)
+            work[n] = p.flops / rate
+        buffers[n] = max(1, math.ceil(p.sram_bytes / pmu_bytes))
+    shared = _by_work(work, {n: least[n] for n in work}, socket.pcus)
     phase = phase if phase is not None else phases(kernel)
     pace: dict[int, float] = dict(phase_memory_s(kernel, hw, phase))
     roots: dict[int, float] = {}
@@ -186,7 +225,6 @@ def _demand(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -
         k = phase[n]
         pace[k] = max(pace.get(k, 0.0), w / shared[n] if shared[n] else math.inf)
         roots[k] = roots.get(k, 0.0) + math.sqrt(w)
-    buffers = {p.name: buffer_pmus(p, hw) for p in kernel.ops}
     rows = []
     for n, w in work.items():
         k = phase[n]
@@ -194,7 +232,8 @@ def _demand(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -
     return _Demand(
         rows=rows,
         fixed_pmus=sum(b for n, b in buffers.items() if n not in work),
-        staging=hw.socket.staging_pmus_per_pcu,
+        staging=socket.staging_pmus_per_pcu,
+        buffers=buffers,
     )
 
 
@@ -221,7 +260,12 @@ def allocation(
     when the caller already knows it (it depends on the kernel's structure alone)."""
     demand = _demand(kernel, hw, phase)
     pcus = _fit_pmus(demand, hw.socket.pmus)
-    return {p.name: (pcus.get(p.name, 0), op_pmus(p, pcus.get(p.name, 0), hw)) for p in kernel.ops}
+    ceil, staging, buffers = math.ceil, demand.staging, demand.buffers
+    out = {}
+    for p in kernel.ops:  # `op_pmus`, with the buffers `_demand` counted
+        n = pcus.get(p.name, 0)
+        out[p.name] = (n, max(buffers[p.name], ceil(staging * n)))
+    return out
 
 
 def allocate(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -> None:
@@ -232,7 +276,13 @@ def allocate(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) 
 
 
 def _kernel_pmus(kernel: Kernel, pcus: dict[str, int], hw: Hardware) -> int:
-    return sum(op_pmus(p, pcus.get(p.name, 0), hw) for p in kernel.ops)
+    """The sum of `op_pmus` over the kernel's ops, the hardware's constants read once."""
+    socket = hw.socket
+    ceil, staging, pmu_bytes = math.ceil, socket.staging_pmus_per_pcu, socket.pmu_bytes
+    return sum(
+        max(max(1, ceil(p.sram_bytes / pmu_bytes)), ceil(staging * pcus.get(p.name, 0)))
+        for p in kernel.ops
+    )
 
 
 def _largest(kernel: Kernel, key: Callable[[OpPlan], int]) -> OpPlan:
@@ -242,9 +292,10 @@ def _largest(kernel: Kernel, key: Callable[[OpPlan], int]) -> OpPlan:
 def unit_overflow(kernel: Kernel, hw: Hardware) -> tuple[str, str] | None:
     """("PCUs" or "PMUs", what overflows) when even the kernel's minimum placement exceeds a
     socket, else None."""
-    least = {p.name: min_pcus(p, hw) for p in kernel.ops}
-    need_pcus = sum(least.values())
     socket = hw.socket
+    stages = socket.pcu.stages
+    least = {p.name: _least_pcus(p, stages) for p in kernel.ops}
+    need_pcus = sum(least.values())
     if need_pcus > socket.pcus:
         top = _largest(kernel, lambda p: least[p.name])
         return (

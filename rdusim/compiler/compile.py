@@ -25,7 +25,9 @@ from rdusim.compiler.program import (
     Program,
 )
 from rdusim.compiler.sharding import (
+    BaseKey,
     LayerInput,
+    OpBase,
     ShardContext,
     fused_shardings,
     sharding_errors,
@@ -124,13 +126,17 @@ def build_kernels(
     only: Collection[str] | None = None,
     layer_input: LayerInput | None = None,
     part: str | None = None,
+    units: bool = True,
+    bases: dict[BaseKey, OpBase] | None = None,
 ) -> list[Kernel]:
     """The kernels of one layer graph; `only` names the kernels to build (the sharding pass still
     sees them all, since layouts and traffic at a kernel's edges depend on its neighbours),
     `layer_input` is the layer input's layout when a caller already knows it (`shard`), and
-    `part` the placement part whose tier holds the weights (default: `kind`, a layer kind)."""
+    `part` the placement part whose tier holds the weights (default: `kind`, a layer kind);
+    without `units` the kernels' PCUs and PMUs are not allocated (a caller that reads only
+    their SRAM); `bases` keeps the sharding walk's ops for walks of other subgraphs (`walk`)."""
     sctx = shard_context(fused, wl, ctx)
-    sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, layer_input)
+    sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, layer_input, bases)
     weights, cache = ctx.placement.weights_of(part or kind), ctx.placement.kv_cache
     kernels: list[Kernel] = []
     for fk in fused:
@@ -141,7 +147,7 @@ def build_kernels(
         ops = list(plans.values())
         place(ops, weights, cache)
         where = KernelPlace(fk.spec.name, fk.index, kind, fk.spec.tiling)
-        kernels.append(assemble_kernel(graph, where, ops, collectives, wl, ctx, check))
+        kernels.append(assemble_kernel(graph, where, ops, collectives, wl, ctx, check, units))
     return kernels
 
 
@@ -164,9 +170,10 @@ def assemble_kernel(
     wl: Workload,
     ctx: CompileContext,
     check: bool = True,
+    units: bool = True,
 ) -> Kernel:
     """One kernel from its ops' sharded plans and the collectives it hosts: tiles, SRAM plan,
-    the checks that it fits a socket (`check`), and its PCUs and PMUs."""
+    the checks that it fits a socket (`check`), and its PCUs and PMUs (`units`)."""
     hw = ctx.hw
     tiles, tile_tokens = _tiles(where.tiling, ops, wl, ctx)
     k = Kernel(
@@ -177,13 +184,14 @@ def assemble_kernel(
         kv_block=where.tiling.kv_block,
     )
     members = {p.name for p in ops}
-    k.edges = [(a, b) for a, b in graph.edges() if a in members and b in members]
+    k.edges = graph.edges_within(members)
     k.collectives = collectives
     plan_sram(k, graph, wl, hw)
     if check:
         check_sram(k, where.kind, where.index, hw)
         check_units(k, where.kind, where.index, hw)
-    allocate(k, hw)
+    if units:
+        allocate(k, hw)
     return k
 
 
@@ -210,6 +218,9 @@ def _auto(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[Ke
 
 def _greedy(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[KernelSpec]:
     sockets = ctx.hw.sockets
+    # the trial kernels are subgraphs of `graph` that grow an op at a time: most of their ops'
+    # sharded plans are the last trial's (`walk`'s `bases`)
+    bases: dict[BaseKey, OpBase] = {}
 
     def estimate(ops: list[str]) -> float:
         sub = graph.subgraph(ops)
@@ -217,7 +228,7 @@ def _greedy(graph: Graph, kind: str, wl: Workload, ctx: CompileContext) -> list[
             KernelSpec(name="trial", ops=ops, sharding=Sharding(tp=sockets)), 0, tuple(ops)
         )
         try:
-            ks = build_kernels(sub, [fk], kind, wl, ctx, check=False)
+            ks = build_kernels(sub, [fk], kind, wl, ctx, check=False, units=False, bases=bases)
         except SpecError:
             return math.inf
         return ks[0].sram_bytes

@@ -163,6 +163,25 @@ class OpPlan:
         """Every byte the op moves over DDR per execution, reads and writes."""
         return self.ddr_in_bytes + self.ddr_write
 
+    def flows(self) -> tuple[float, float, float]:
+        """(`hbm_in_bytes`, `ddr_in_bytes`, `ddr_write`) in one pass, the same sums in the same
+        order: the allocation and the closed form read them for every op they price."""
+        weights = self.streamed_weight_bytes
+        in_ddr = self.weight_tier == Tier.DDR
+        cache_ddr = self.cache_tier == Tier.DDR
+        ddr_read = (self.cache_read if cache_ddr else 0.0) + (self.lookup_read if in_ddr else 0.0)
+        in_hbm = weights if self.weight_tier == Tier.HBM else 0.0
+        return (
+            (self.hbm_read - ddr_read) + in_hbm + self.spill_bytes,
+            (weights if in_ddr else 0.0) + ddr_read,
+            min(self.cache_write, self.hbm_write) if cache_ddr else 0.0,
+        )
+
+    def traffic(self) -> tuple[float, float]:
+        """(`hbm_bytes`, `ddr_bytes`), from `flows`."""
+        hbm_in, ddr_in, ddr_write = self.flows()
+        return hbm_in + (self.hbm_write - ddr_write), ddr_in + ddr_write
+
     @property
     def sharding_label(self) -> str:
         if self.strategy == "replicate" or self.degree <= 1:

@@ -659,13 +659,40 @@ class LayerWalk:
         return [c for i, c in enumerate(self.collectives) if self.host[i] in ops]
 
 
+# An op's `OpBase` as `_op_base` reads it from its graph: the op, its sharding, the layouts it
+# needs and makes, the workload and routing, its inputs' producers and its outputs' consumers in
+# the graph, and its tensors (the objects a subgraph shares with its graph).
+BaseKey = tuple[object, ...]
+
+
+def _base_key(
+    graph: Graph, op: Op, sh: OpSharding, need: list[Layout], out: Layout, ctx: ShardContext
+) -> BaseKey:
+    return (
+        id(op),
+        sh,
+        tuple(need),
+        out,
+        ctx.workload,
+        ctx.prefill,
+        ctx.routing,
+        tuple(graph.producer.get(t) for t in op.inputs),
+        tuple(frozenset(graph.consumers(t)) for t in op.outputs),
+        tuple(id(graph.tensors[t]) for t in (*op.inputs, *op.outputs)),
+    )
+
+
 def walk(
     graph: Graph,
     sharding_of: Callable[[Op], OpSharding],
     ctx: ShardContext,
     layer_input: LayerInput | None = None,
+    bases: dict[BaseKey, OpBase] | None = None,
 ) -> LayerWalk:
-    """Shard every op of a layer under `sharding_of` (see `shard`)."""
+    """Shard every op of a layer under `sharding_of` (see `shard`). `bases`, if given, keeps
+    each op's `OpBase` by everything it is made from (`_base_key`) for walks of other subgraphs
+    of one graph (the greedy auto-mapper's growing trial kernels); the caller keeps the ops,
+    tensors and routing it names alive for as long as it keeps `bases`."""
     layer_in = graph.graph_inputs()
     if layer_input is None:
         st = _State(layouts=dict.fromkeys(layer_in, R))
@@ -674,7 +701,7 @@ def walk(
         st = _State(layouts=dict(layer_input.layouts), degrees=dict(layer_input.degrees))
         passes = 1
     start = LayerInput({}, {})
-    bases: dict[str, OpBase] = {}
+    base: dict[str, OpBase] = {}
     for pass_ in range(passes, 0, -1):
         start = LayerInput(
             {t: st.layouts.get(t, R) for t in layer_in},
@@ -685,14 +712,32 @@ def walk(
             sh = sharding_of(op)
             need, out = _walk_op(graph, op, sh, st, ctx)
             if pass_ == 1:  # the first of two passes only finds the layer input's layout
-                bases[op.name] = _op_base(graph, op, sh, need, out, ctx)
+                base[op.name] = _kept_base(graph, op, sh, need, out, ctx, bases)
         outs = [t for t in graph.graph_outputs() if graph.tensors[t].kind != TensorKind.CACHE]
         final = st.layouts.get(outs[0], R) if outs else R
         for t in layer_in:
             if graph.tensors[t].kind != TensorKind.CACHE:
                 st.layouts[t] = final
                 st.degrees[t] = st.degrees.get(outs[0], 1) if outs else 1
-    return LayerWalk(graph, bases, st.colls, st.host, st.layouts, start, ctx.workload, ctx.prefill)
+    return LayerWalk(graph, base, st.colls, st.host, st.layouts, start, ctx.workload, ctx.prefill)
+
+
+def _kept_base(
+    graph: Graph,
+    op: Op,
+    sh: OpSharding,
+    need: list[Layout],
+    out: Layout,
+    ctx: ShardContext,
+    bases: dict[BaseKey, OpBase] | None,
+) -> OpBase:
+    if bases is None:
+        return _op_base(graph, op, sh, need, out, ctx)
+    key = _base_key(graph, op, sh, need, out, ctx)
+    found = bases.get(key)
+    if found is None:
+        found = bases[key] = _op_base(graph, op, sh, need, out, ctx)
+    return found
 
 
 def sharding_errors(
@@ -719,10 +764,16 @@ def fused_shardings(
 ) -> Callable[[Op], OpSharding]:
     """Each op's sharding as the fused kernels set it (overrides, `all`, a batch too small)."""
     kernel_of = {n: fk for fk in fused for n in fk.ops}
+    known: dict[str, tuple[Op, OpSharding]] = {}  # a walk asks twice for each op
 
     def sharding_of(op: Op) -> OpSharding:
+        seen = known.get(op.name)
+        if seen is not None and seen[0] is op:
+            return seen[1]
         sh = resolve_sharding(kernel_of[op.name], op.name, kind, ctx.sockets)
-        return small_batch_split(op, sh, ctx.workload.batch)
+        sh = small_batch_split(op, sh, ctx.workload.batch)
+        known[op.name] = (op, sh)
+        return sh
 
     return sharding_of
 

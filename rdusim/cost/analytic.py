@@ -173,6 +173,7 @@ class _Pipeline:
     producers: dict[str, list[str]]
     feeds: dict[str, list[_Feed]]
     phase: dict[str, int]
+    uses_ddr: bool = True  # False: no op loads from or writes to DDR
 
 
 class _Arrival(NamedTuple):
@@ -228,18 +229,25 @@ def _stages(ops: Iterable[OpPlan], hw: Hardware) -> dict[str, _Stage]:
     writes, and its DDR loads and writes, in seconds, in the order given."""
     hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
     ddr_rate = hw.socket.ddr.bandwidth  # peak: no achieved fraction is published
-    return {
-        p.name: _Stage(
+    fpp = hw.socket.flops_per_pcu
+    efficiency: dict[str, float] = {}
+    stages = {}
+    for p in ops:
+        hbm_in, ddr_in, ddr_write = p.flows()
+        eff = efficiency.get(p.cost_class)
+        if eff is None:
+            eff = efficiency[p.cost_class] = hw.calibration.efficiency(p.cost_class)
+        rate = p.pcus * fpp * eff  # `_compute_s`, the hardware's constants read once
+        stages[p.name] = _Stage(
             p.name,
             p.blocking,
-            _compute_s(p, hw),
-            p.hbm_in_bytes / hbm_rate,
-            (p.hbm_write - p.ddr_write) / hbm_rate,
-            p.ddr_in_bytes / ddr_rate,
-            p.ddr_write / ddr_rate,
+            p.flops / rate if rate > 0 and p.flops > 0 else 0.0,
+            hbm_in / hbm_rate,
+            (p.hbm_write - ddr_write) / hbm_rate,
+            ddr_in / ddr_rate,
+            ddr_write / ddr_rate,
         )
-        for p in ops
-    }
+    return stages
 
 
 def _phases(
@@ -260,7 +268,8 @@ def _pipeline(kernel: Kernel, hw: Hardware) -> _Pipeline:
     feeds = _feeds(kernel, hw)
     stages = _stages(_topological(kernel.ops, producers), hw)
     phase = _phases(stages.values(), producers, feeds)
-    return _Pipeline(max(1, kernel.tiles), stages, producers, feeds, phase)
+    ddr = any(s.ddr_load_s or s.ddr_write_s for s in stages.values())
+    return _Pipeline(max(1, kernel.tiles), stages, producers, feeds, phase, ddr)
 
 
 # ------------------------------------------------------------------ arrivals and starts
@@ -383,6 +392,10 @@ def _time_phase(pl: _Pipeline, t: _Timeline, k: int) -> None:
     t.jobs.extend(_hbm_jobs(pl, t, ops))
     reads_done = _makespan(t.jobs)
     rate = _phase_tile_rate(ops, pl.tiles)
+    if not pl.uses_ddr:  # DDR's jobs would all be empty: it paces nothing and ends at 0
+        for s in ops:
+            t.end[s.name] = _end_s(pl, t, s, last_input[s.name], reads_done, rate)
+        return
     on_ddr = [s.on_ddr() for s in ops]
     t.ddr_jobs.extend(_hbm_jobs(pl, t, on_ddr))
     ddr_done = _makespan(t.ddr_jobs)
@@ -437,8 +450,14 @@ def estimate(
     """Closed-form timing of `kernel`, one call covering `looped_executions` executions."""
     pipe = pipeline_s(kernel, hw)
     hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
-    hbm = sum(p.hbm_bytes for p in kernel.ops) / hbm_rate
-    ddr = kernel.ddr_bytes / hw.socket.ddr.bandwidth
+    hbm_bytes: float = 0
+    ddr_bytes: float = 0
+    for p in kernel.ops:  # the sums of `hbm_bytes` and `ddr_bytes`, in op order
+        h, d = p.traffic()
+        hbm_bytes += h
+        ddr_bytes += d
+    hbm = hbm_bytes / hbm_rate
+    ddr = ddr_bytes / hw.socket.ddr.bandwidth
     p2p = sum(c.bytes for c in kernel.collectives) / hw.links.p2p_bandwidth
     period = pipe
     if looped_executions > 1 and kernel.prefetch_iteration:
@@ -469,6 +488,38 @@ def kernel_latency_s(
     return estimate(
         kernel, hw, orchestration=orchestration, looped_executions=looped_executions
     ).latency_s
+
+
+# How far below the closed form's own sums `latency_lower_bound_s` stays: more than the
+# rounding of the pipeline's float arithmetic (a few ulps over tens of terms), far less than any
+# difference between two candidate kernels.
+BOUND_MARGIN = 1e-9
+
+
+def latency_lower_bound_s(
+    kernel: Kernel, hw: Hardware, *, orchestration: Orchestration | str = Orchestration.HARDWARE
+) -> float:
+    """A number no larger than `kernel_latency_s` of one unlooped call of `kernel`, for a
+    fraction of its cost: the call, and of the pipeline what no schedule escapes (a channel
+    serves all of its jobs one after another, and an op's last tile ends no sooner than its
+    whole compute after it starts): the HBM channel's, DDR's and the links' work, and the
+    longest op's compute. A search skips pricing a candidate this bound already rules out."""
+    socket = hw.socket
+    hbm_bytes = ddr_bytes = 0.0
+    compute = 0.0
+    fpp = socket.flops_per_pcu
+    for p in kernel.ops:
+        h, d = p.traffic()
+        hbm_bytes += h
+        ddr_bytes += d
+        rate = p.pcus * fpp * hw.calibration.efficiency(p.cost_class)
+        if rate > 0 and p.flops > 0:
+            compute = max(compute, p.flops / rate)
+    hbm = hbm_bytes / (socket.hbm.bandwidth * hw.calibration.hbm_efficiency)
+    ddr = ddr_bytes / socket.ddr.bandwidth
+    p2p = sum(c.bytes for c in kernel.collectives) / hw.links.p2p_bandwidth
+    floor = max(hbm, ddr, p2p, compute) * (1.0 - BOUND_MARGIN)
+    return call_cost(kernel, hw, orchestration) + floor
 
 
 def kernel_latencies_s(

@@ -10,7 +10,7 @@ compiler's business.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -280,6 +280,13 @@ class Graph:
     def edges(self) -> list[tuple[str, str]]:
         """(producer, consumer) op pairs, by producer in build order, then consumer."""
         return [(src, dst) for src, dsts in self._succ.items() for dst in dsts]
+
+    def edges_within(self, members: Collection[str]) -> list[tuple[str, str]]:
+        """The `edges` between ops of `members`, in the same order."""
+        succ = self._succ
+        return [
+            (src, dst) for src in self.ops if src in members for dst in succ[src] if dst in members
+        ]
 
     @property
     def dag(self) -> nx.DiGraph:

@@ -32,13 +32,28 @@ class Cut:
         return list(zip(starts, self.ends, strict=True))
 
 
-def best_cuts(n: int, cost: Cost, stop: Stop | None = None) -> dict[int, Cut]:
+def best_cuts(
+    n: int, cost: Cost, stop: Stop | None = None, bound: Cost | None = None
+) -> dict[int, Cut]:
     """The fastest cut of ops[0:n] for each number of kernels that has a legal one. Ties go to
-    the cut whose kernels end earlier, so the answer is deterministic."""
+    the cut whose kernels end earlier, so the answer is deterministic.
+
+    `bound(i, j)`, if given, is a number no larger than `cost(i, j)` (math.inf exactly when the
+    kernel cannot be built), cheaper to know: a kernel whose bound already makes every cut it
+    would end longer than the best one so far of the same kernel count is not costed. The cuts
+    found are the same (a sum with a larger addend rounds no lower)."""
     best: list[dict[int, Cut]] = [{0: Cut(0.0, ())}] + [{} for _ in range(n)]
     for j in range(1, n + 1):
         here = best[j]
         for i in range(j - 1, -1, -1):
+            prefixes = best[i]
+            # a bound can rule a kernel out only when every count it would make has a cut
+            if (
+                bound is not None
+                and all(m + 1 in here for m in prefixes)
+                and _ruled_out(bound(i, j), prefixes, here)
+            ):
+                continue
             c = cost(i, j)
             if not math.isfinite(c):
                 if stop is not None and stop(i, j):
@@ -49,3 +64,15 @@ def best_cuts(n: int, cost: Cost, stop: Stop | None = None) -> dict[int, Cut]:
                 if m + 1 not in here or cut < here[m + 1]:
                     here[m + 1] = cut
     return best[n]
+
+
+def _ruled_out(lower: float, prefixes: dict[int, Cut], here: dict[int, Cut]) -> bool:
+    """Whether a kernel of at least `lower` seconds after each of `prefixes` would be longer
+    than the best cut of the same count found so far (`here`), for every count."""
+    if not math.isfinite(lower):
+        return False  # it cannot be built: `cost` says so, and `stop` may end the search
+    for m, prefix in prefixes.items():
+        found = here.get(m + 1)
+        if found is None or prefix.total_s + lower <= found.total_s:
+            return False
+    return True

@@ -11,9 +11,10 @@ from enum import StrEnum
 
 from rdusim.compiler.compile import CompileContext
 from rdusim.compiler.program import Kernel
+from rdusim.cost.analytic import latency_lower_bound_s
 from rdusim.ir.graph import Graph, Workload
 from rdusim.search.boundaries import Cut, best_cuts
-from rdusim.search.costing import KernelCost
+from rdusim.search.costing import KernelCost, analytic_cost
 from rdusim.search.segments import (
     Candidate,
     CandidateBuilder,
@@ -99,6 +100,8 @@ class LayerSearch:
         default_factory=dict
     )
     _seconds: dict[CandidateKey, float] = field(default_factory=dict)
+    _bounds: dict[CandidateKey, float] = field(default_factory=dict)  # `_bound`'s, by candidate
+    _fits: dict[tuple[ShardingPlan, int, int], Candidate | Refusal] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         pool = KernelPool(self.graph, self.workload, self.ctx)
@@ -131,10 +134,29 @@ class LayerSearch:
     def best_kernel(
         self, plan: ShardingPlan, start: int, end: int, sram_cap: float = math.inf
     ) -> tuple[Candidate | Refusal, float]:
-        """The fastest legal tiling of ops[start:end] (within `sram_cap`), or why none is.
+        """The fastest legal tiling of ops[start:end] (within `sram_cap`), or why none is."""
+        c = self._first_fit(plan, start, end, sram_cap)
+        if isinstance(c, Refusal):
+            return c, math.inf
+        return c, self.candidate_s(c)
 
-        K/V blocks are tried largest first and the first that fits wins: a larger block only
-        saves K/V re-reads (its cost is SRAM), so no smaller one is faster."""
+    def _first_fit(
+        self, plan: ShardingPlan, start: int, end: int, sram_cap: float = math.inf
+    ) -> Candidate | Refusal:
+        """The tiling `best_kernel` picks, not yet costed. K/V blocks are tried largest first
+        and the first that fits wins: a larger block only saves K/V re-reads (its cost is
+        SRAM), so no smaller one is faster."""
+        if sram_cap == math.inf:  # the search asks for each one twice (its bound, its cost)
+            key = (plan, start, end)
+            found = self._fits.get(key)
+            if found is None:
+                found = self._fits[key] = self._first_fit_within(plan, start, end, sram_cap)
+            return found
+        return self._first_fit_within(plan, start, end, sram_cap)
+
+    def _first_fit_within(
+        self, plan: ShardingPlan, start: int, end: int, sram_cap: float
+    ) -> Candidate | Refusal:
         builder = self.builders[plan]
         first: Refusal | None = None
         for kv in builder.kv_blocks(start, end):
@@ -148,9 +170,25 @@ class LayerSearch:
                     f"needs {c.kernel.sram_bytes / 1e6:.0f} MB, over a cap of {sram_cap / 1e6:.0f}",
                 )
                 continue
-            return c, self.candidate_s(c)
+            return c
         assert first is not None
-        return first, math.inf
+        return first
+
+    def _bound(self, plan: ShardingPlan, start: int, end: int) -> float:
+        """No more than `_cost(plan, start, end, math.inf)`, for less: the candidate's cost
+        when it is known, else the closed form's lower bound (math.inf: no legal kernel)."""
+        c = self._first_fit(plan, start, end)
+        if isinstance(c, Refusal):
+            return math.inf
+        if c.key is None:
+            return latency_lower_bound_s(c.kernel, self.ctx.hw, orchestration=self.orchestration)
+        if c.key in self._seconds:
+            return self._seconds[c.key]
+        if c.key not in self._bounds:
+            self._bounds[c.key] = latency_lower_bound_s(
+                c.kernel, self.ctx.hw, orchestration=self.orchestration
+            )
+        return self._bounds[c.key]
 
     def _cost(self, plan: ShardingPlan, start: int, end: int, sram_cap: float) -> float:
         if sram_cap == math.inf:
@@ -173,10 +211,14 @@ class LayerSearch:
         """The `k` fastest options, at most one per plan and kernel count, fastest first."""
         found: list[LayerOption] = []
         n = len(self.order)
+        # the closed form's lower bound spares pricing candidates that cannot win (the cuts
+        # found are the same); another ranking cost has no bound here
+        bounded = self.cost is analytic_cost and sram_cap == math.inf
         for plan in self.builders:
             cost = functools.partial(self._cost, plan, sram_cap=sram_cap)
             stop = functools.partial(self._stop, plan, sram_cap=sram_cap)
-            cuts = best_cuts(n, cost, stop)
+            bound = functools.partial(self._bound, plan) if bounded else None
+            cuts = best_cuts(n, cost, stop, bound)
             found.extend(self._option(plan, cut, sram_cap) for cut in cuts.values())
         found.sort(key=lambda o: (o.layer_s, len(o.cut.ends)))
         return found[:k]

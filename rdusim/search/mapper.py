@@ -79,6 +79,16 @@ class MappingCandidate:
     ensemble: list[float] = field(default_factory=list)  # the objective under each member
 
 
+@dataclass(frozen=True)
+class Capacity:
+    """`max_batch` of one mapping: the batch, its program, the HBM bytes by batch compiled."""
+
+    mapping: ResolvedMapping
+    batch: int
+    program: Program
+    used: dict[int, float]
+
+
 @dataclass
 class AutoMapping:
     """What the search chose, what it weighed, and why."""
@@ -94,6 +104,10 @@ class AutoMapping:
     candidates_simulated: int
     seconds: float
     rank_by: str = "mean"
+    # the chosen mapping's largest batch that fits, its program and the HBM bytes of each batch
+    # compiled on the way (`max_batch`), when the search found them: what `rdusim.api` would
+    # compile again for the report of a `batch: max` mapping
+    capacity: Capacity | None = None
 
     def front(self, kind: str) -> list[FrontPoint]:
         """The latency-vs-SRAM front of one layer kind under the chosen plan's search."""
@@ -217,10 +231,12 @@ def auto_map(
             continue
         if objective.searches_batch:
             # the chosen kernels may hold a larger batch than the seed mapping did
-            larger = max_batch(found.mapping)[0]
+            used: dict[int, float] = {}
+            larger, program = max_batch(found.mapping, used)
             if larger > batch and larger not in tried and bound is None:
                 batches.insert(0, larger)
                 continue
+            found.capacity = Capacity(found.mapping, larger, program, used)
         if objective.searches_batch and (bound is not None or rm.spec.batch != "max"):
             # the search chose the batch: the mapping must run (and be written) with it
             spec = found.mapping.spec.model_copy(update={"batch": batch})

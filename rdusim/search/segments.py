@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
-from rdusim.compiler.allocate import unit_overflow
 from rdusim.compiler.compile import (
     CompileContext,
     KernelPlace,
@@ -201,12 +200,11 @@ class CandidateBuilder:
                 self.ctx,
             )
         except InfeasibleError as exc:
+            # the compiler's checks: SRAM, and the minimum placement's PCUs and PMUs (its
+            # `unit_overflow`), which grow as the kernel takes in more ops as SRAM does
             return Refusal(Limit.SRAM, exc.problem)
         except SpecError as exc:
             return Refusal(Limit.SHARDING, exc.problem)
-        over = unit_overflow(kernel, self.ctx.hw)
-        if over is not None:
-            return Refusal(Limit(over[0]), over[1])
         return Candidate(start, end, kv_block, kernel, key)
 
 

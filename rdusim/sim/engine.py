@@ -31,7 +31,7 @@ from typing import Any
 import simpy
 
 from rdusim.compiler.program import Collective, Kernel, OpPlan
-from rdusim.sim.channels import PriorityResource, Store
+from rdusim.sim.channels import Environment, PriorityResource, Store
 from rdusim.spec.hardware import Hardware
 
 # Tiles simulated per kernel at most; kernels with more real tiles are extrapolated from two
@@ -96,6 +96,21 @@ class _Barrier:
         return ev
 
 
+class _Move:
+    """One tile's transfer over one channel, as `_Run.transfer` makes it: the channel, its
+    kind, the bytes and the seconds they hold it (and the names its accounts and trace use)."""
+
+    __slots__ = ("kind", "kind_bytes", "nbytes", "res", "seconds", "track")
+
+    def __init__(self, res: PriorityResource, kind: str, nbytes: float, seconds: float) -> None:
+        self.res = res
+        self.kind = kind
+        self.nbytes = nbytes
+        self.seconds = seconds
+        self.kind_bytes = f"{kind}_bytes"
+        self.track = kind.upper()
+
+
 @dataclass
 class _Wiring:
     """Who feeds whom inside the kernel; the same on every socket."""
@@ -143,7 +158,7 @@ class _Run:
         self.iterations = iterations
         self.sockets = sockets
         self.trace = trace
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.hbm_rate = hw.socket.hbm.bandwidth * hw.calibration.hbm_efficiency
         self.p2p_rate = hw.links.p2p_bandwidth
         # DDR streams at its peak: no public figure pins an achieved fraction
@@ -221,6 +236,24 @@ class _Run:
             yield self.env.all_of(both)
 
     # --- processes -------------------------------------------------------------------------
+    def move_of(
+        self, channels: tuple[PriorityResource, PriorityResource], nbytes: tuple[float, float]
+    ) -> _Move | None:
+        """How `fetch` moves a tile of `nbytes` (HBM, DDR) that is not on both channels at once:
+        over one channel (its `_Move`), or not at all (None)."""
+        on_hbm, on_ddr = nbytes
+        if on_ddr <= 0:
+            if on_hbm <= 0:
+                return None
+            return _Move(channels[0], "hbm", on_hbm, on_hbm / self.rates["hbm"])
+        return _Move(channels[1], "ddr", on_ddr, on_ddr / self.rates["ddr"])
+
+    def moved(self, m: _Move, who: str) -> None:
+        """`transfer`'s accounting of one tile moved on socket 0."""
+        self.totals[m.kind] += m.seconds
+        self.totals[m.kind_bytes] += m.nbytes
+        (self.hbm_time if m.kind == "hbm" else self.ddr_time)[who] += m.seconds
+
     def loader(
         self,
         p: OpPlan,
@@ -229,10 +262,24 @@ class _Run:
         socket: int,
     ) -> Process:
         per_tile = (p.hbm_in_bytes / self.n, p.ddr_in_bytes / self.n)
+        both = per_tile[0] > 0 and per_tile[1] > 0  # `fetch` moves it over both at once
+        m = None if both else self.move_of(channels, per_tile)
+        env, put, name, trace = self.env, out.put, p.name, self.trace
         for it in range(self.iterations):
             for i in range(self.n):
-                yield from self.fetch(channels, per_tile, p.name, socket, it)
-                yield out.put(i)
+                if both:
+                    yield from self.fetch(channels, per_tile, name, socket, it)
+                elif m is not None:  # `transfer`, inlined: the same events in the same order
+                    req = m.res.request(priority=it)
+                    yield req
+                    start = env._now
+                    yield env.timeout(m.seconds)
+                    if socket == 0:
+                        self.moved(m, name)
+                    if trace:
+                        self.record(m.track, name, start, socket)
+                    m.res.release(req)
+                yield put(i)
 
     def writer(
         self,
@@ -242,10 +289,24 @@ class _Run:
         socket: int,
     ) -> Process:
         per_tile = ((p.hbm_write - p.ddr_write) / self.n, p.ddr_write / self.n)
+        both = per_tile[0] > 0 and per_tile[1] > 0  # `fetch` moves it over both at once
+        m = None if both else self.move_of(channels, per_tile)
+        env, get, name, trace = self.env, inbox.get, p.name, self.trace
         for it in range(self.iterations):
             for _ in range(self.n):
-                yield inbox.get()
-                yield from self.fetch(channels, per_tile, p.name, socket, it)
+                yield get()
+                if both:
+                    yield from self.fetch(channels, per_tile, name, socket, it)
+                elif m is not None:  # `transfer`, inlined
+                    req = m.res.request(priority=it)
+                    yield req
+                    start = env._now
+                    yield env.timeout(m.seconds)
+                    if socket == 0:
+                        self.moved(m, name)
+                    if trace:
+                        self.record(m.track, name, start, socket)
+                    m.res.release(req)
             self.finished(socket, it)
 
     def collective(
@@ -257,20 +318,33 @@ class _Run:
         socket: int,
     ) -> Process:
         per_tile = c.bytes / self.n
+        seconds = per_tile / self.rates["p2p"]
         label = f"{c.kind} {c.tensor}"
         fed = c.src in {p.name for p in self.kernel.ops}
+        env, barrier, trace = self.env, self.barriers[id(c)], self.trace
         for it in range(self.iterations):
             if not fed and it > 0:
                 yield self.done[socket][it - 1]  # it converts what the last iteration wrote
             for i in range(self.n):
                 if fed:
                     yield inbox.get()
-                start = self.env.now
+                start = env._now
                 if i == 0 and c.rounds:
-                    yield self.env.timeout(c.rounds * self.hw.links.p2p_latency_s)
-                yield from self.transfer(p2p, per_tile, "p2p", label, socket, it)
-                yield self.barriers[id(c)].arrive((it, i))
-                self.record("P2P", label, start, socket)
+                    yield env.timeout(c.rounds * self.hw.links.p2p_latency_s)
+                if per_tile > 0:  # `transfer`, inlined: the same events in the same order
+                    req = p2p.request(priority=it)
+                    yield req
+                    moved = env._now
+                    yield env.timeout(seconds)
+                    if socket == 0:
+                        self.totals["p2p"] += seconds
+                        self.totals["p2p_bytes"] += per_tile
+                    if trace:
+                        self.record("P2P", label, moved, socket)
+                    p2p.release(req)
+                yield barrier.arrive((it, i))
+                if trace:
+                    self.record("P2P", label, start, socket)
                 yield outbox.put(i)
 
     def stage(
@@ -288,29 +362,32 @@ class _Run:
         per_tile = p.flops / self.n / rate if rate > 0 and p.flops > 0 else 0.0
         waits_first = self.n if p.blocking else 1  # a blocking op first takes in every tile
         source = w.is_source(p.name)
+        # what it takes from and gives to, in the order it does so
+        inputs = [edges[(src, p.name)].get for src in w.producers[p.name]]
+        inputs += [coll_out[id(c)].get for c in w.coll_for_dst[p.name]]
+        outputs = [edges[(p.name, dst)].put for dst in w.consumers[p.name]]
+        outputs += [coll_in[id(c)].put for c in w.coll_from_src[p.name]]
+        if wbox is not None:
+            outputs.append(wbox.put)
+        env, load, name, accounts, trace = self.env, loaded.get, p.name, socket == 0, self.trace
+        later = 0 if p.blocking else 1  # inputs taken for each tile after the first
         for it in range(self.iterations):
             if source and it > 0:
                 yield self.done[socket][it - 1]  # the layer input is the last iteration's output
             for i in range(self.n):
-                waits = waits_first if i == 0 else (0 if p.blocking else 1)
-                for _ in range(waits):
-                    for src in w.producers[p.name]:
-                        yield edges[(src, p.name)].get()
-                    for c in w.coll_for_dst[p.name]:
-                        yield coll_out[id(c)].get()
-                yield loaded.get()
-                start = self.env.now
+                for _ in range(waits_first if i == 0 else later):
+                    for take in inputs:
+                        yield take()
+                yield load()
+                start = env._now
                 if per_tile:
-                    yield self.env.timeout(per_tile)
-                    if socket == 0:
-                        self.busy[p.name] += per_tile
-                self.record("op", p.name, start, socket)
-                for dst in w.consumers[p.name]:
-                    yield edges[(p.name, dst)].put(i)
-                for c in w.coll_from_src[p.name]:
-                    yield coll_in[id(c)].put(i)
-                if wbox is not None:
-                    yield wbox.put(i)
+                    yield env.timeout(per_tile)
+                    if accounts:
+                        self.busy[name] += per_tile
+                if trace:
+                    self.record("op", name, start, socket)
+                for give in outputs:
+                    yield give(i)
             self.finished(socket, it)
 
     def start_socket(self, s: int) -> None:

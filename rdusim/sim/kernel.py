@@ -16,6 +16,7 @@ the third or fourth on the loop runs at its steady period, which every later one
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from rdusim.compiler.program import Kernel
@@ -80,6 +81,47 @@ class KernelTiming:
         return self.call_s / self.executions
 
 
+# Pipeline runs kept by what the engine reads: a looped kernel's first iteration is the same
+# run as its unlooped form's (the loop's prefetch and its larger SRAM plan change nothing in
+# one iteration), and finalists and the hand mapping share kernels. A run is a pure function of
+# the key. Traced runs are not kept.
+PIPELINE_CACHE_SIZE = 512
+_runs: OrderedDict[tuple[object, ...], PipelineRun] = OrderedDict()
+
+
+def pipeline_key(
+    kernel: Kernel, hw: Hardware, tiles: int, iterations: int, sockets: int
+) -> tuple[object, ...]:
+    """Everything `simulate_pipeline` reads given the tiles to simulate: the kernel's ops (every
+    field), collectives and edges, whether it prefetches the next iteration (read only when
+    there is one), the hardware (a frozen spec, compared by value), the tiles simulated,
+    iterations and sockets."""
+    prefetch = kernel.prefetch_iteration and iterations > 1
+    parts = repr((kernel.ops, kernel.collectives, kernel.edges, prefetch))
+    return (parts, hw, tiles, iterations, sockets)
+
+
+def clear_runs() -> None:
+    """Forget the kept pipeline runs."""
+    _runs.clear()
+
+
+def _run(
+    kernel: Kernel, hw: Hardware, *, tiles: int, iterations: int = 1, sockets: int = 1
+) -> PipelineRun:
+    """`simulate_pipeline` (untraced), each distinct run once."""
+    key = pipeline_key(kernel, hw, tiles, iterations, sockets)
+    run = _runs.get(key)
+    if run is None:
+        run = simulate_pipeline(kernel, hw, tiles=tiles, iterations=iterations, sockets=sockets)
+        _runs[key] = run
+        if len(_runs) > PIPELINE_CACHE_SIZE:
+            _runs.popitem(last=False)
+    else:
+        _runs.move_to_end(key)
+    return run
+
+
 def extrapolate(t_coarse: float, n_coarse: int, t_fine: float, n_fine: int, n: int) -> float:
     """Time at `n` tiles on the line A + B/n through two simulated resolutions."""
     b = (t_coarse - t_fine) / (1.0 / n_coarse - 1.0 / n_fine)
@@ -96,7 +138,7 @@ def _pipeline_at(
     if kernel.tiles <= n:
         return run.pipeline_s
     half = max(1, n // 2)
-    coarse = simulate_pipeline(kernel, hw, tiles=half, iterations=iterations, sockets=sockets)
+    coarse = _run(kernel, hw, tiles=half, iterations=iterations, sockets=sockets)
     return extrapolate(coarse.pipeline_s, half, run.pipeline_s, n, kernel.tiles)
 
 
@@ -111,19 +153,22 @@ def time_kernel(
 ) -> KernelTiming:
     """Time `kernel`: one call covering `looped_executions` executions (1: not looped)."""
     n = max(1, min(kernel.tiles, MAX_SIM_TILES))
-    one = simulate_pipeline(kernel, hw, tiles=n, sockets=sockets, trace=trace)
+    if trace:
+        one = simulate_pipeline(kernel, hw, tiles=n, sockets=sockets, trace=True)
+    else:
+        one = _run(kernel, hw, tiles=n, sockets=sockets)
     pipeline = _pipeline_at(kernel, hw, one, n, 1, sockets)
     second = period = pipeline
     settle = 0.0
     if looped_executions > 1:
-        two = simulate_pipeline(kernel, hw, tiles=n, iterations=2, sockets=sockets)
+        two = _run(kernel, hw, tiles=n, iterations=2, sockets=sockets)
         t2 = _pipeline_at(kernel, hw, two, n, 2, sockets)
         second = period = t2 - pipeline
         done, last = 2, t2
         steps: list[float] = []
         # chain iterations until one adds what the one before it added: the loop's period
         while done < min(looped_executions, MAX_CHAINED):
-            chained = simulate_pipeline(kernel, hw, tiles=n, iterations=done + 1, sockets=sockets)
+            chained = _run(kernel, hw, tiles=n, iterations=done + 1, sockets=sockets)
             t = _pipeline_at(kernel, hw, chained, n, done + 1, sockets)
             steps.append(t - last)
             done, last = done + 1, t

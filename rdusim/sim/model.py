@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from rdusim.compiler.program import ExtraRole, Kernel, LayerProgram, Program
-from rdusim.sim.kernel import KernelTiming, time_kernel
+from rdusim.sim.kernel import KernelTiming, clear_runs, time_kernel
 from rdusim.spec.hardware import Hardware
 
 
@@ -106,8 +106,9 @@ def timing_key(
 
 
 def clear_timings() -> None:
-    """Forget the kept kernel timings (tests that count simulations)."""
+    """Forget the kept kernel timings and pipeline runs (tests that count simulations)."""
     _timings.clear()
+    clear_runs()
 
 
 class _KernelTimer:

@@ -14,6 +14,7 @@ Limits, so that no input can make a load slow or crash it (each is named in its 
 from __future__ import annotations
 
 import contextlib
+import copy
 import difflib
 import errno
 import re
@@ -96,7 +97,28 @@ def read_document(path: str | Path) -> Any:
         )
     if p.is_dir():
         raise SpecError("is a directory, not a spec file", file=str(p), fix="name a .yaml file")
-    return parse_document(_read_bytes(p), file=str(p))
+    data = _read_bytes(p)
+    key = (str(p), data)
+    doc = _parsed.get(key)
+    if doc is None:
+        doc = parse_document(data, file=str(p))
+        _parsed[key] = doc
+        if len(_parsed) > PARSED_CACHE_SIZE:
+            _parsed.pop(next(iter(_parsed)))
+    return copy.deepcopy(doc)  # callers may change what they read; the kept one stays as read
+
+
+# Spec files parsed in this process, by path and content: a command reads its mapping, the
+# model and the hardware more than once (the paths' check, the mapping with and without its
+# `--set` overrides, its reference). A copy of a kept parse (line numbers included) is the
+# parse of the same bytes; a file that changes is parsed again.
+PARSED_CACHE_SIZE = 64
+_parsed: dict[tuple[str, bytes], Any] = {}
+
+
+def clear_parsed() -> None:
+    """Forget the kept parses."""
+    _parsed.clear()
 
 
 def _read_bytes(p: Path) -> bytes:

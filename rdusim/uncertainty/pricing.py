@@ -26,8 +26,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from rdusim.compiler.allocate import allocation, phases
+from rdusim.compiler.allocate_members import allocations, same_socket
 from rdusim.compiler.program import Kernel, LayerProgram, Program
 from rdusim.cost.analytic import KernelEstimate, estimate
+from rdusim.cost.analytic_members import estimates, supports
 from rdusim.sim.kernel import KernelTiming
 from rdusim.sim.model import LayerResult, SimResult
 from rdusim.spec.hardware import Hardware
@@ -85,6 +87,7 @@ class AnchoredPricer:
         self._hw = _Keyed(hw)
         self._anchors: dict[tuple[int, int], _Anchor] = {}
         self._phases: dict[int, dict[str, int]] = {}
+        self._kernels: dict[tuple[int, int], Kernel] = {}  # each anchor's kernel
         for lp, lr in self._pairs(point):
             if not lr.kernels:  # deployed but not run (an MTP module in a `scaled` step)
                 continue
@@ -98,6 +101,7 @@ class AnchoredPricer:
                 ratio = _pipeline_part(t) / part if part > 0 else 1.0
                 anchor_key = _anchor_key(k, looped, program.orchestration, t)
                 self._anchors[key] = _Anchor(t, ratio, anchor_key)
+                self._kernels[key] = k
 
     def _pairs(self, result: SimResult) -> list[tuple[LayerProgram, LayerResult]]:
         p = self.program
@@ -143,10 +147,46 @@ class AnchoredPricer:
             settle_s=0.0,  # the ratio carries the simulated loop's settling
         )
 
-    def price(self, hw: Hardware) -> SimResult:
+    def _price_many(self, kernel: Kernel, looped: int, members: list[_Keyed]) -> None:
+        """Price `kernel` under every member not yet kept, all at once (numpy over the members:
+        `allocate_members`, `analytic_members`, the scalar passes' arithmetic per member), and
+        keep each price as `_timing` would."""
+        anchor = self._anchors[(id(kernel), looped)]
+        todo = [m for m in members if (anchor.key, self._hw, m) not in _priced]
+        if len(todo) < 2:
+            return
+        phase = self._phases.get(id(kernel))
+        if phase is None:
+            phase = self._phases[id(kernel)] = phases(kernel)
+        hws = [m.hw for m in todo]
+        units = allocations(kernel, hws, phase)
+        cf = estimates(
+            kernel,
+            hws,
+            units,
+            orchestration=self.program.orchestration,
+            looped_executions=looped,
+        )
+        r = anchor.ratio
+        for m, pipe, period, call in zip(
+            todo, cf.pipeline_s.tolist(), cf.period_s.tolist(), cf.call_s.tolist(), strict=True
+        ):
+            _priced[(anchor.key, self._hw, m)] = dataclasses.replace(
+                anchor.timing,
+                pipeline_s=pipe * r,
+                second_s=period * r,
+                period_s=period * r,
+                call_s=call,
+                slices=[],
+                settle_s=0.0,
+            )
+        while len(_priced) > PRICED_CACHE_SIZE:
+            _priced.popitem(last=False)
+
+    def price(self, hw: Hardware, keyed: _Keyed | None = None) -> SimResult:
         """The program's timing under `hw` (same program: kernels, batch and tiles)."""
         seen: dict[tuple[int, int], KernelTiming] = {}
-        keyed = _Keyed(hw)
+        keyed = keyed or _Keyed(hw)
 
         def layer(lp: LayerProgram, lr: LayerResult) -> LayerResult:
             if not lr.kernels:
@@ -168,4 +208,11 @@ class AnchoredPricer:
         )
 
     def price_all(self, members: Sequence[Hardware]) -> list[SimResult]:
-        return [self.price(hw) for hw in members]
+        """`price` under each of `members`; members that share the point's socket are priced
+        together, each kernel once for all of them (the same figures as one by one)."""
+        keyed = [_Keyed(hw) for hw in members]
+        if len(members) > 1 and same_socket([self._hw.hw, *members]):
+            for (_, looped), k in self._kernels.items():
+                if supports(k):
+                    self._price_many(k, looped, keyed)
+        return [self.price(hw, k) for hw, k in zip(members, keyed, strict=True)]

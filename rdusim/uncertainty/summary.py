@@ -142,16 +142,17 @@ def split_by_term(
 
 def elasticities(pricer: AnchoredPricer, hw: Hardware) -> dict[str, float]:
     """d ln(total time) / d ln(parameter) for each calibrated parameter that moves a time."""
-    base = pricer.price(hw).total_latency_s
+    moves = [p for p in PARAMETERS if p.name != "hbm_usable_fraction"]  # that one: capacity
+    stepped = [with_values(hw, {p.name: p.get(hw) * ELASTICITY_STEP}) for p in moves]
+    base, *priced = pricer.price_all([hw, *stepped])  # one socket: priced together
     out = {}
-    for p in PARAMETERS:
-        if p.name == "hbm_usable_fraction":  # capacity, not time
-            continue
-        moved = pricer.price(with_values(hw, {p.name: p.get(hw) * ELASTICITY_STEP}))
-        out[p.name] = math.log(moved.total_latency_s / base) / math.log(ELASTICITY_STEP)
+    for p, moved in zip(moves, priced, strict=True):
+        ratio = moved.total_latency_s / base.total_latency_s
+        out[p.name] = math.log(ratio) / math.log(ELASTICITY_STEP)
     if pricer.point.traffic("ddr") > 0:
         moved = pricer.price(_with_ddr_bandwidth(hw, hw.socket.ddr.bandwidth * ELASTICITY_STEP))
-        out[DDR_BANDWIDTH] = math.log(moved.total_latency_s / base) / math.log(ELASTICITY_STEP)
+        ratio = moved.total_latency_s / base.total_latency_s
+        out[DDR_BANDWIDTH] = math.log(ratio) / math.log(ELASTICITY_STEP)
     return out
 
 

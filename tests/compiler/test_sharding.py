@@ -543,3 +543,80 @@ def test_an_op_base_key_changes_with_each_field_its_finish_reads(r1):
     assert again.ops["attention"].key() == base.key()
     # the K/V block is the kernel's, not the key's: the re-reads follow it
     assert base.finish(whole, 1024).hbm_read > base.finish(whole, None).hbm_read
+
+
+# --------------------------------------------------------------------------------------------
+# op bases kept across walks of growing subgraphs (the greedy auto-mapper's trial kernels)
+
+
+def _grow(graph, kind, wl, prefill, bases):
+    """Walk each prefix of the layer's ops as its own subgraph, as the greedy's trials do."""
+    from rdusim.compiler.sharding import walk as walk_
+
+    order = graph.order()
+    out = []
+    sctx = ctx(wl, prefill)
+    for k in range(1, len(order) + 1):
+        sub = graph.subgraph(order[:k])
+        fused = one_kernel(sub, kind)
+        w = walk_(sub, fused_shardings(fused, kind, sctx), sctx, None, bases)
+        out.append({n: (b.key(), b.flash.bytes(None)) for n, b in w.ops.items()})
+    return out
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_kept_op_bases_are_the_bases_a_walk_makes_afresh(r1, phase):
+    graph = deepseek.build_layer(r1, "moe", phase)
+    wl = workload_for(Phase(phase), 4, 4096, None, 2 if phase == "decode" else 1)
+    bases: dict = {}
+    kept = _grow(graph, "moe", wl, phase == "prefill", bases)
+    assert kept == _grow(graph, "moe", wl, phase == "prefill", None)
+    grown = len(graph.order())
+    assert grown < len(bases) < grown * (grown + 1) // 2  # most were kept, some made anew
+
+
+def test_an_op_base_is_kept_by_every_part_of_what_it_is_made_from(r1):
+    """Change one part of the key (the op, its sharding, the layouts it needs or makes, the
+    workload, prefill, the routing, its inputs' producers, its outputs' consumers, its tensors)
+    and the key differs; the parts that differ change the base."""
+    from rdusim.compiler.experts import Routing
+    from rdusim.compiler.program import Layout
+    from rdusim.compiler.sharding import OpSharding, _base_key, _op_base
+
+    graph = deepseek.build_layer(r1, "moe", "decode")
+    wl = workload_for(Phase.DECODE, 4, 4096, None, 1)
+    order = graph.order()
+    op = graph.ops[order[1]]
+    sh = OpSharding("tp", 16, ("x",))
+    need = [Layout.R] * len(op.inputs)
+    base_ctx = ctx(wl, False)
+    key = _base_key(graph, op, sh, need, Layout.R, base_ctx)
+    other_graph = deepseek.build_layer(r1, "moe", "decode")  # the same names, other objects
+    without_producer = graph.subgraph(order[1:])
+    without_consumers = graph.subgraph(order[:2])
+    variants = [
+        _base_key(graph, graph.ops[order[2]], sh, need, Layout.R, base_ctx),
+        _base_key(graph, op, OpSharding("tp", 8, ("x",)), need, Layout.R, base_ctx),
+        _base_key(graph, op, sh, [Layout.T] * len(need), Layout.R, base_ctx),
+        _base_key(graph, op, sh, need, Layout.T, base_ctx),
+        _base_key(
+            graph, op, sh, need, Layout.R, ctx(workload_for(Phase.DECODE, 8, 4096, None, 1), False)
+        ),
+        _base_key(graph, op, sh, need, Layout.R, ctx(wl, True)),
+        _base_key(
+            graph,
+            op,
+            sh,
+            need,
+            Layout.R,
+            dataclasses.replace(base_ctx, routing=Routing("zipf", 1.0)),
+        ),
+        _base_key(without_producer, op, sh, need, Layout.R, base_ctx),
+        _base_key(without_consumers, op, sh, need, Layout.R, base_ctx),
+        _base_key(other_graph, other_graph.ops[order[1]], sh, need, Layout.R, base_ctx),
+    ]
+    assert all(v != key for v in variants) and len(set(variants)) == len(variants)
+    made = _op_base(graph, op, sh, need, Layout.R, base_ctx)
+    assert _op_base(without_producer, op, sh, need, Layout.R, base_ctx).reads != made.reads
+    alone = _op_base(without_consumers, op, sh, need, Layout.R, base_ctx)
+    assert alone.consumers != made.consumers

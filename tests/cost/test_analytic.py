@@ -19,7 +19,16 @@ from hypothesis import strategies as st
 from rdusim.compiler.capacity import max_batch
 from rdusim.compiler.compile import compile_mapping
 from rdusim.compiler.program import Collective, Kernel, OpPlan
-from rdusim.cost.analytic import _makespan, _tile_rate, estimate, kernel_latencies_s
+from rdusim.cost.analytic import (
+    BOUND_MARGIN,
+    _makespan,
+    _tile_rate,
+    estimate,
+    kernel_latencies_s,
+    kernel_latency_s,
+    latency_lower_bound_s,
+)
+from rdusim.cost.calls import call_cost
 from rdusim.search.segments import every_candidate
 from rdusim.sim.kernel import time_kernel
 from rdusim.spec.hardware import Hardware
@@ -342,3 +351,67 @@ def test_bounded_by_the_busiest_resource_and_by_running_everything_back_to_back(
     hbm = sum(reads) / hbm_rate(hw)
     assert t >= max(hbm, max(compute)) * (1 - 1e-9)
     assert t <= (hbm + sum(compute)) * (1 + 1e-9) + 1e-15
+
+
+# --- the lower bound the search prunes with ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "overrides"), CASES, ids=lambda v: str(v))
+def test_the_lower_bound_is_below_the_closed_form_on_every_shipped_kernel(name, overrides):
+    rm, prog = program(name, overrides)
+    for k in {id(k): k for lp in prog.all_layers() for k in lp.kernels}.values():
+        for orchestration in ("hardware", "software"):
+            lower = latency_lower_bound_s(k, rm.hardware, orchestration=orchestration)
+            assert lower <= kernel_latency_s(k, rm.hardware, orchestration=orchestration)
+            assert lower > call_cost(k, rm.hardware, orchestration)  # it bounds the pipeline too
+
+
+def test_the_lower_bound_is_below_the_closed_form_on_search_candidates():
+    rm = load_mapping("llama31_8b_decode", ["batch=4"])
+    checked = 0
+    for k in every_candidate(rm, "dense", 4):
+        lower = latency_lower_bound_s(k, rm.hardware, orchestration="software")
+        assert lower <= kernel_latency_s(k, rm.hardware, orchestration="software"), k.name
+        checked += 1
+    assert checked > 50
+
+
+def test_the_lower_bound_is_the_call_and_the_busiest_resource():
+    """Two ops, one reading (HBM-bound), one computing, and a collective: the bound is the call
+    plus the longest of the three, worked out here."""
+    hw = hardware()
+    link = Collective("all_reduce", "t", 4e8, 1, "a", "b")
+    k = chain(op("a", read=2e9, pcus=8), op("b", flops=4e13, pcus=32), tiles=8, collectives=[link])
+    reads = 2e9 / hbm_rate(hw)
+    compute = 4e13 / gemm_rate(hw, 32)
+    links = 4e8 / hw.links.p2p_bandwidth
+    expected = call_cost(k, hw, "hardware") + max(reads, compute, links) * (1 - BOUND_MARGIN)
+    assert latency_lower_bound_s(k, hw) == pytest.approx(expected, rel=1e-12)
+    assert latency_lower_bound_s(k, hw) <= kernel_latency_s(k, hw)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 1e13),
+            st.floats(0, 1e10),
+            st.floats(0, 1e9),
+            st.booleans(),
+            st.integers(0, 64),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(1, 300),
+    st.floats(0, 1e9),
+)
+def test_the_lower_bound_never_exceeds_the_closed_form(stages, tiles, link_bytes):
+    hw = hardware()
+    ops = [
+        op(f"o{i}", flops=f, read=r, write=w, blocking=b, pcus=p)
+        for i, (f, r, w, b, p) in enumerate(stages)
+    ]
+    links = [Collective("all_gather", "t", link_bytes, 2, None, ops[-1].name)]
+    k = chain(*ops, tiles=tiles, collectives=links)
+    assert latency_lower_bound_s(k, hw) <= kernel_latency_s(k, hw)

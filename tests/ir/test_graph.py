@@ -314,3 +314,11 @@ def test_the_fingerprint_is_the_graphs_content():
     d = small_graph()
     d.ops["q"].doc = "another note"  # any field of any op counts
     assert d.fingerprint() != a.fingerprint()
+
+
+@given(dags(), st.data())
+@settings(max_examples=60, deadline=None)
+def test_edges_within_some_ops_are_the_edges_between_them_in_order(g: Graph, data) -> None:
+    members = set(data.draw(st.lists(st.sampled_from(list(g.ops)), unique=True)))
+    expected = [(a, b) for a, b in g.edges() if a in members and b in members]
+    assert g.edges_within(members) == expected

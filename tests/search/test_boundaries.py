@@ -70,3 +70,44 @@ def test_ties_go_to_the_earlier_ending_cut():
     found = best_cuts(3, lambda i, j: 1.0)
     assert found[2] == Cut(2.0, (1, 3))
     assert found[2].kernels() == [(0, 1), (1, 3)]
+
+
+@st.composite
+def bounded_tables(draw: st.DrawFn) -> tuple[int, dict, dict]:
+    """A cost table and a bound for it: each finite cost times a fraction in [0, 1], some equal
+    to the cost, infinity exactly where the cost is."""
+    n, cost = draw(cost_tables())
+    fraction = st.sampled_from([0.0, 0.5, 0.9, 0.999, 1.0])
+    bound = {k: (c * draw(fraction) if math.isfinite(c) else math.inf) for k, c in cost.items()}
+    return n, cost, bound
+
+
+@settings(max_examples=300, deadline=None)
+@given(bounded_tables())
+def test_a_lower_bound_spares_costing_and_changes_no_cut(table):
+    n, cost, bound = table
+    costed: list[tuple[int, int]] = []
+
+    def counted(i: int, j: int) -> float:
+        costed.append((i, j))
+        return cost[(i, j)]
+
+    plain = best_cuts(n, lambda i, j: cost[(i, j)])
+    assert best_cuts(n, counted, bound=lambda i, j: bound[(i, j)]) == plain
+    assert len(costed) <= n * (n + 1) // 2
+
+
+def test_a_kernel_its_bound_rules_out_is_not_costed():
+    table = {(0, 1): 1.0, (1, 2): 1.0, (2, 3): 1.0, (0, 2): 3.0, (1, 3): 10.0, (0, 3): 20.0}
+    costed: list[tuple[int, int]] = []
+
+    def cost(i: int, j: int) -> float:
+        costed.append((i, j))
+        return table[(i, j)]
+
+    found = best_cuts(3, cost, bound=lambda i, j: 0.8 * table[(i, j)])
+    assert found == best_cuts(3, lambda i, j: table[(i, j)])
+    # two kernels ending at op 3: ops 0-1 then op 2 take 4 s; op 0 then ops 1-2 take at least
+    # 1 + 8, so ops 1-2 are never costed
+    assert (1, 3) not in costed
+    assert sorted(costed) == sorted(set(table) - {(1, 3)})

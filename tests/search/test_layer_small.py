@@ -264,3 +264,24 @@ def test_every_candidate_is_each_contiguous_run_of_ops_that_builds(tiny) -> None
         names = [op.name for op in k.ops]
         start = s.order.index(names[0])
         assert names == s.order[start : start + len(names)]
+
+
+def test_a_span_s_first_fit_is_kept_by_plan_and_span_and_its_bound_is_below_its_cost(
+    decode,
+) -> None:
+    """`_first_fit` (the tiling `best_kernel` prices) is kept per plan, start and end: each
+    kept answer is what the builder gives afresh, and another plan or span is its own; the
+    bound the cut search prunes with is never above the span's cost."""
+    n = len(decode.order)
+    plans = list(decode.builders)
+    for plan in plans:
+        for i, j in itertools.combinations(range(n + 1), 2):
+            kept = decode._first_fit(plan, i, j)
+            assert decode._first_fit(plan, i, j) is kept
+            fresh = decode._first_fit_within(plan, i, j, math.inf)
+            assert repr(fresh) == repr(kept)
+            cost = decode.best_kernel(plan, i, j)[1]
+            assert decode._bound(plan, i, j) <= cost
+            assert math.isfinite(decode._bound(plan, i, j)) == math.isfinite(cost)
+    spans = {(p, i, j) for p, i, j in decode._fits}
+    assert len(spans) == len(plans) * n * (n + 1) // 2

@@ -254,8 +254,8 @@ def test_a_pick_that_holds_a_larger_batch_is_searched_again_there(tiny, monkeypa
     real = mapper.max_batch
     seen: list[int] = []
 
-    def seed_holds_two(rm):
-        batch, program = real(rm)
+    def seed_holds_two(rm, used=None):
+        batch, program = real(rm, used)
         seen.append(batch)
         return (2, program) if len(seen) == 1 else (batch, program)
 
@@ -487,3 +487,28 @@ def test_hand_kernels_that_do_not_run_at_the_picks_batch_are_noted(decode, tiny)
     assert gain_vs_hand(huge, hand) == {
         "note": f"the hand kernels do not fit HBM at batch {1 << 20}"
     }
+
+
+def test_a_batch_max_search_hands_its_pick_s_capacity_to_the_report(tiny, monkeypatch) -> None:
+    """The search compiles its pick at every power-of-two batch to see whether it holds a
+    larger one; the report of a `batch: max` mapping takes that result rather than compiling
+    them all again, and it is what `max_batch` finds."""
+    from rdusim import api
+
+    rm = tiny("decode", "batch=max", HBM_5MB)
+    found = auto_map(rm)
+    assert found.capacity is not None and found.capacity.mapping is found.mapping
+    used: dict[int, float] = {}
+    batch, program = max_batch(found.mapping, used)
+    assert (found.capacity.batch, found.capacity.used) == (batch, used)
+    kernels = [repr(k) for lp in program.all_layers() for k in lp.kernels]
+    kept = found.capacity.program
+    assert [repr(k) for lp in kept.all_layers() for k in lp.kernels] == kernels
+    assert (kept.hbm, kept.ddr, kept.workload) == (program.hbm, program.ddr, program.workload)
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(api, "_compile", no_compile)
+    run = api.run_resolved(rm, uncertainty=False)
+    assert run.report["max_batch_size"] == batch

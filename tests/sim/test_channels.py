@@ -3,7 +3,7 @@ events in the same order, so the same simulated times to the last bit.
 
 Two oracles: simpy's own classes driven by the same random scripts of puts, gets, requests and
 releases (the order in which every process resumes, and when), and the whole engine run on
-simpy's classes against the same engine on these, for shipped kernels.
+simpy's classes and environment against the same engine on these, for shipped kernels.
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ STEP = st.tuples(
 SCRIPTS = st.lists(st.lists(STEP, min_size=1, max_size=8), min_size=2, max_size=8)
 
 
-def _play(scripts, store_cls, resource_cls, capacity) -> list[tuple[float, int, int, str]]:
-    env = simpy.Environment()
+def _play(
+    scripts, store_cls, resource_cls, capacity, env_cls=simpy.Environment
+) -> list[tuple[float, int, int, str]]:
+    env = env_cls()
     stores = [store_cls(env, capacity=capacity), store_cls(env)]
     links = [resource_cls(env, capacity=1), resource_cls(env, capacity=1)]
     log: list[tuple[float, int, int, str]] = []
@@ -58,7 +60,7 @@ def _play(scripts, store_cls, resource_cls, capacity) -> list[tuple[float, int, 
 
     for i, script in enumerate(scripts):
         env.process(proc(i, script))
-    env.run(until=100)
+    env.run(until=100) if env_cls is simpy.Environment else env.run()
     return log
 
 
@@ -68,6 +70,9 @@ def test_random_scripts_resume_every_process_as_simpy_does(scripts, capacity):
     mine = _play(scripts, channels.Store, channels.PriorityResource, capacity)
     simpys = _play(scripts, simpy.Store, simpy.PriorityResource, capacity)
     assert mine == simpys
+    # and on the engine's environment (its own timeouts and event loop) as well
+    env = channels.Environment
+    assert _play(scripts, channels.Store, channels.PriorityResource, capacity, env) == simpys
 
 
 @cache
@@ -104,6 +109,7 @@ def test_the_engine_on_these_channels_is_the_engine_on_simpys(
         with monkeypatch.context() as m:
             m.setattr(engine, "Store", simpy.Store)
             m.setattr(engine, "PriorityResource", simpy.PriorityResource)
+            m.setattr(engine, "Environment", simpy.Environment)
             theirs = engine.simulate_pipeline(
                 kernel, hw, tiles=12, iterations=iterations, sockets=sockets
             )

@@ -224,3 +224,94 @@ def test_layer_total_counts_calls_and_executions():
         for k, timing in zip(lp.kernels, lr.kernels, strict=True):
             assert timing.call_s == pytest.approx(hand_call(k, hw, 1, True), rel=REL)
     assert result.kernel_calls == sum(lp.calls for lp in program.all_layers())
+
+
+# ------------------------------------------------------------------ pipeline runs kept
+
+
+def _counting_engine(monkeypatch) -> list[tuple[int, int]]:
+    import rdusim.sim.kernel as kernel_module
+
+    kernel_module.clear_runs()
+    calls: list[tuple[int, int]] = []
+    real = kernel_module.simulate_pipeline
+
+    def counting(k, hw, **kw):
+        calls.append((kw["tiles"], kw["iterations"]))
+        return real(k, hw, **kw)
+
+    monkeypatch.setattr(kernel_module, "simulate_pipeline", counting)
+    return calls
+
+
+def test_a_pipeline_run_is_kept_by_every_part_of_what_the_engine_reads(monkeypatch):
+    """Change one part of a run's key (an op's field, a collective, the edges, the kernel's
+    prefetch in a looped run, the hardware, the tiles simulated, iterations) and the engine
+    runs again, to another answer (on more sockets: again, to the same answer, since they run
+    alike); parts it does not read (the kernel's name, its SRAM plan, its own tile count when
+    the tiles to simulate are given, its prefetch in one iteration) share the run."""
+    import dataclasses
+
+    from rdusim.sim.kernel import _run
+
+    program, hw = compiled(*LLAMA)
+    (k,) = program.layers["dense"].kernels
+    calls = _counting_engine(monkeypatch)
+    base = _run(k, hw, tiles=16, iterations=2)
+    assert _run(k, hw, tiles=16, iterations=2) is base and len(calls) == 1
+    op = dataclasses.replace(k.ops[0], flops=k.ops[0].flops * 50 + 1e12)
+    link = dataclasses.replace(k.collectives[0], bytes=k.collectives[0].bytes * 9 + 1e8)
+    slow = hw.model_copy(
+        update={"calibration": hw.calibration.model_copy(update={"hbm_efficiency": 0.2})}
+    )
+    changed = [
+        _run(dataclasses.replace(k, ops=[op, *k.ops[1:]]), hw, tiles=16, iterations=2),
+        _run(
+            dataclasses.replace(k, collectives=[link, *k.collectives[1:]]),
+            hw,
+            tiles=16,
+            iterations=2,
+        ),
+        _run(dataclasses.replace(k, edges=[]), hw, tiles=16, iterations=2),
+        _run(
+            dataclasses.replace(k, prefetch_iteration=not k.prefetch_iteration),
+            hw,
+            tiles=16,
+            iterations=2,
+        ),
+        _run(k, slow, tiles=16, iterations=2),
+        _run(k, hw, tiles=8, iterations=2),
+        _run(k, hw, tiles=16, iterations=3),
+    ]
+    assert len(calls) == 1 + len(changed)
+    assert all(repr(r) != repr(base) for r in changed)
+    assert repr(_run(k, hw, tiles=16, iterations=2, sockets=2)) == repr(base)
+    assert len(calls) == 2 + len(changed)
+    same = [
+        dataclasses.replace(k, name="other"),
+        dataclasses.replace(k, sram_bytes=k.sram_bytes * 2),
+        dataclasses.replace(k, tiles=k.tiles // 4),
+    ]
+    for other in same:
+        assert _run(other, hw, tiles=16, iterations=2) is base
+        assert repr(simulate_pipeline(other, hw, tiles=16, iterations=2)) == repr(base)
+    one = _run(k, hw, tiles=16)
+    flipped = dataclasses.replace(k, prefetch_iteration=not k.prefetch_iteration)
+    assert _run(flipped, hw, tiles=16) is one
+    assert repr(simulate_pipeline(flipped, hw, tiles=16)) == repr(one)
+    assert len(calls) == 3 + len(changed)
+
+
+def test_a_looped_kernel_shares_its_first_iteration_with_its_unlooped_form(monkeypatch):
+    from rdusim.compiler.compile import looped_form
+
+    program, hw = compiled("llama31_8b_decode", ("batch=1", "seq_len=8192", "kernel_looping=false"))
+    (k,) = program.layers["dense"].kernels
+    looped = looped_form(k, hw)
+    assert looped.prefetch_iteration and not k.prefetch_iteration
+    calls = _counting_engine(monkeypatch)
+    alone = time_kernel(k, hw)
+    ran = len(calls)
+    in_a_loop = time_kernel(looped, hw, looped_executions=4)
+    assert in_a_loop.pipeline_s == alone.pipeline_s
+    assert (64, 1) not in calls[ran:] and (64, 2) in calls[ran:]

@@ -427,3 +427,49 @@ def test_shown_value_is_cut_short():
     assert shown_value(7) == "7"
     long = shown_value("y" * 10_000)
     assert len(long) < 120 and "10002 characters" in long
+
+
+# --- parsed files kept by path and content --------------------------------------------------
+
+
+def _counting_parser(monkeypatch) -> list[str]:
+    from rdusim.spec import yamlio
+
+    parsed: list[str] = []
+    real = yamlio.parse_document
+
+    def counting(data, *, file):
+        parsed.append(file)
+        return real(data, file=file)
+
+    monkeypatch.setattr(yamlio, "parse_document", counting)
+    yamlio.clear_parsed()
+    return parsed
+
+
+def test_a_file_read_again_is_parsed_once_and_each_read_is_its_own_copy(tmp_path, monkeypatch):
+    from rdusim.spec.yamlio import line_of, read_document
+
+    parsed = _counting_parser(monkeypatch)
+    f = tmp_path / "m.yaml"
+    f.write_text("name: a\nnested:\n  seq_len: 4096\n")
+    first = read_document(f)
+    first["nested"]["seq_len"] = 1  # a caller's change stays its own
+    second = read_document(f)
+    assert parsed == [str(f)]
+    assert second["nested"]["seq_len"] == 4096
+    assert line_of(second, ("nested", "seq_len")) == 3
+
+
+def test_a_file_is_parsed_again_when_its_content_or_its_path_differs(tmp_path, monkeypatch):
+    from rdusim.spec.yamlio import read_document
+
+    parsed = _counting_parser(monkeypatch)
+    f, g = tmp_path / "m.yaml", tmp_path / "n.yaml"
+    f.write_text("seq_len: 4096\n")
+    assert read_document(f)["seq_len"] == 4096
+    f.write_text("seq_len: 8192\n")  # the content
+    assert read_document(f)["seq_len"] == 8192
+    g.write_text("seq_len: 8192\n")  # the path (its errors name it)
+    assert read_document(g)["seq_len"] == 8192
+    assert parsed == [str(f), str(f), str(g)]

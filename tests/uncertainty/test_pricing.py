@@ -253,3 +253,59 @@ def test_prices_are_kept_by_the_member_and_the_point(llama_decode, monkeypatch):
         },
     )
     assert AnchoredPricer(program, slower, hw).price(member).total_latency_s > base
+
+
+def _timings(result) -> list:
+    return [
+        (t.pipeline_s, t.second_s, t.period_s, t.call_s, t.settle_s)
+        for lr in result.all_layers()
+        for t in lr.kernels
+    ]
+
+
+def test_the_ensemble_priced_together_is_the_ensemble_priced_one_by_one(run, monkeypatch):
+    """`price_all` prices each kernel under the whole ensemble at once (numpy over members);
+    `price` of one member at a time, with nothing kept, is the scalar closed form."""
+    hw = run.mapping.hardware
+    ensemble = shipped_ensemble()
+    assert ensemble is not None
+    members = ensemble.applied(hw)
+    pricing.clear_prices()
+    pricer = AnchoredPricer(run.program, run.result, hw)
+    alone = []
+    for m in members:
+        alone.append(_timings(pricer.price(m)))
+        pricing.clear_prices()
+    pricing.clear_prices()
+    pricer = AnchoredPricer(run.program, run.result, hw)
+    scalar: list[str] = []
+    real = pricing.estimate
+    monkeypatch.setattr(
+        pricing, "estimate", lambda k, *a, **kw: scalar.append(k.name) or real(k, *a, **kw)
+    )
+    together = [_timings(r) for r in pricer.price_all(members)]
+    assert together == alone
+    assert scalar == []  # no member was priced one at a time
+
+
+def test_members_of_another_socket_are_priced_one_by_one(llama_decode):
+    """A member whose socket differs (here its DDR bandwidth) is not priced with the others:
+    `price_all` prices every member as `price` does alone."""
+    hw = llama_decode.mapping.hardware
+    ddr = hw.socket.ddr.model_copy(update={"bandwidth": hw.socket.ddr.bandwidth / 2})
+    members = [
+        with_values(hw, {"hbm_efficiency": 0.6}),
+        hw.model_copy(update={"socket": hw.socket.model_copy(update={"ddr": ddr})}),
+    ]
+    pricing.clear_prices()
+    together = [
+        _timings(r)
+        for r in AnchoredPricer(llama_decode.program, llama_decode.result, hw).price_all(members)
+    ]
+    alone = []
+    for m in members:
+        pricing.clear_prices()
+        alone.append(
+            _timings(AnchoredPricer(llama_decode.program, llama_decode.result, hw).price(m))
+        )
+    assert together == alone
