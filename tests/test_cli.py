@@ -64,3 +64,30 @@ def test_a_command_collects_garbage_less_often_and_the_same_answer_comes_out(run
         assert again[1] == out
     finally:
         gc.set_threshold(*before)
+
+
+def test_a_command_asks_blas_for_one_thread_unless_the_user_chose() -> None:
+    """`main` sets each BLAS thread variable the user left unset to 1, before numpy loads in a
+    fresh process, and leaves a user's own value alone."""
+    import os
+    import subprocess
+    import sys
+
+    from rdusim.cli import BLAS_THREAD_VARIABLES
+
+    probe = (
+        "import os, sys\n"
+        "from rdusim.cli import main\n"
+        "main(['--version'])\n"
+        "print(','.join(os.environ[n] for n in sys.argv[1:]), 'numpy' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARIABLES}
+    env["MKL_NUM_THREADS"] = "3"
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *BLAS_THREAD_VARIABLES],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split()[-2:] == ["1,3,1", "False"]
