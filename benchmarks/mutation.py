@@ -103,13 +103,13 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         ANALYTIC,
-        "rate = p.pcus * hw.socket.flops_per_pcu * hw.calibration.efficiency(p.cost_class)",
-        "rate = p.pcus * hw.socket.flops_per_pcu",
+        "rate = p.pcus * fpp * eff",
+        "rate = p.pcus * fpp",
         "compute at peak, efficiency dropped",
     ),
     Mutant(
         ANALYTIC,
-        "p.hbm_in_bytes / hbm_rate,",
+        "hbm_in / hbm_rate,",
         "p.hbm_read / hbm_rate,",
         "weights and spills not loaded",
     ),
@@ -253,8 +253,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         ANALYTIC,
-        "hbm = sum(p.hbm_bytes for p in kernel.ops) / hbm_rate",
-        "hbm = sum(p.hbm_in_bytes for p in kernel.ops) / hbm_rate",
+        "hbm_bytes += h\n        ddr_bytes += d\n    hbm = hbm_bytes / hbm_rate",
+        "hbm_bytes += p.hbm_in_bytes\n        ddr_bytes += d\n    hbm = hbm_bytes / hbm_rate",
         "channel work without writes",
     ),
     Mutant(

@@ -79,11 +79,6 @@ class KernelEstimate:
 _OUT = "\0kernel output"  # where collectives feeding a later kernel end
 
 
-def _compute_s(p: OpPlan, hw: Hardware) -> float:
-    rate = p.pcus * hw.socket.flops_per_pcu * hw.calibration.efficiency(p.cost_class)
-    return p.flops / rate if rate > 0 and p.flops > 0 else 0.0
-
-
 def _makespan(jobs: Iterable[tuple[float, float]]) -> float:
     """Finish of a single work-conserving server given (release time, work) jobs."""
     finish = 0.0
@@ -237,7 +232,7 @@ def _stages(ops: Iterable[OpPlan], hw: Hardware) -> dict[str, _Stage]:
         eff = efficiency.get(p.cost_class)
         if eff is None:
             eff = efficiency[p.cost_class] = hw.calibration.efficiency(p.cost_class)
-        rate = p.pcus * fpp * eff  # `_compute_s`, the hardware's constants read once
+        rate = p.pcus * fpp * eff  # the hardware's constants read once per kernel
         stages[p.name] = _Stage(
             p.name,
             p.blocking,
