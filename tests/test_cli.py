@@ -91,3 +91,28 @@ def test_a_command_asks_blas_for_one_thread_unless_the_user_chose() -> None:
         check=True,
     )
     assert done.stdout.split()[-2:] == ["1,3,1", "False"]
+
+
+def test_serve_keeps_pythons_collector_threshold(run_cli, tmp_path) -> None:
+    """`serve` runs with the collector's threshold as it found it (see `GC_THRESHOLD`)."""
+    import gc
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, *before[1:])
+        code, _, err = run_cli(
+            [
+                "serve",
+                "--prefill",
+                "llama31_8b_prefill",
+                "--decode",
+                "llama31_8b_decode",
+                "--workload",
+                "trace_example",
+                "--json",
+            ]
+        )
+        assert code == 0, err
+        assert gc.get_threshold()[0] == 700
+    finally:
+        gc.set_threshold(*before)

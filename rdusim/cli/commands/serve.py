@@ -84,7 +84,7 @@ def register(sub: Subparsers) -> None:
         help="write a Chrome/Perfetto trace (ui.perfetto.dev) of the run: a track per decode "
         "slot and per prefill graph on each node",
     )
-    s.set_defaults(func=serve_command)
+    s.set_defaults(func=serve_command, python_collector=True)  # see rdusim.cli.GC_THRESHOLD
 
 
 # A number as a user writes it: plain decimal or scientific notation, ASCII digits only, with a
