@@ -9,6 +9,8 @@ are exported from `rdusim` (`rdusim.RdusimError`, `rdusim.SpecError`, ...).
 
 from __future__ import annotations
 
+from typing import Any
+
 # A file name longer than this is shown abbreviated, so one message stays readable.
 SHOWN_NAME_CHARS = 120
 
@@ -75,7 +77,12 @@ class SpecError(RdusimError):
 class InfeasibleError(SpecError):
     """A well-formed request that does not fit the machine or the workload: a batch over HBM, a
     kernel over SRAM, a cache longer than the prompt. A sweep records such a point as infeasible
-    and goes on; any other user error stops it."""
+    and goes on; any other user error stops it. `limit` names the socket resource a kernel
+    exceeds ("SRAM", "PCUs" or "PMUs"), when that is what it is."""
+
+    def __init__(self, problem: str, *, limit: str | None = None, **where: Any) -> None:
+        super().__init__(problem, **where)
+        self.limit = limit
 
 
 class SpecTypeError(SpecError, TypeError):

@@ -328,4 +328,5 @@ def check_units(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> N
         path=("kernels", kind, index) if index is not None else None,
         fix="split the kernel (move some ops to a kernel of their own), shard it wider, "
         "or use smaller tiles",
+        limit=over[0],
     )

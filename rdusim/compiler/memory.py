@@ -100,6 +100,7 @@ def check_sram(kernel: Kernel, kind: str, index: int | None, hw: Hardware) -> No
             path=path or None,
             fix="use smaller tiles (tiling.tile_tokens, tiling.kv_block), shard wider, "
             "or split the kernel",
+            limit="SRAM",
         )
 
 

@@ -45,6 +45,8 @@ class Limit(StrEnum):
     SHARDING = "sharding"  # the plan's sharding does not divide one of the ops
 
 
+LIMIT_OF = {limit.value: limit for limit in (Limit.SRAM, Limit.PCUS, Limit.PMUS)}
+
 # a candidate's content: (start, end, K/V block, its ops' interned plans, their collectives')
 CandidateKey = tuple[int, int, int | None, tuple[int, ...], tuple[int, ...]]
 
@@ -202,7 +204,7 @@ class CandidateBuilder:
         except InfeasibleError as exc:
             # the compiler's checks: SRAM, and the minimum placement's PCUs and PMUs (its
             # `unit_overflow`), which grow as the kernel takes in more ops as SRAM does
-            return Refusal(Limit.SRAM, exc.problem)
+            return Refusal(LIMIT_OF.get(exc.limit or "", Limit.SRAM), exc.problem)
         except SpecError as exc:
             return Refusal(Limit.SHARDING, exc.problem)
         return Candidate(start, end, kv_block, kernel, key)

@@ -77,6 +77,27 @@ def test_a_kernel_over_a_socket_s_sram_is_refused_with_the_compiler_s_reason():
     assert "MB of SRAM" in r.detail
 
 
+@pytest.mark.parametrize(
+    ("socket", "limit", "words"),
+    [
+        (["hardware.socket.pcus=8"], Limit.PCUS, "need at least 16 PCUs"),
+        (
+            ["hardware.socket.pmus=8", "hardware.socket.pmu_bytes=65000000"],
+            Limit.PMUS,
+            "need at least 17 PMUs",
+        ),
+    ],
+)
+def test_a_kernel_over_a_socket_s_units_is_refused_naming_the_unit(socket, limit, words):
+    # a whole Llama-3.1-8B decode layer on a socket of 8 PCUs (or 8 PMUs of the same SRAM):
+    # 14 compute ops need 16 PCUs and 17 PMUs at least, under the SRAM a socket has
+    overrides = ["hardware=sn40l-8", *socket]
+    _, b = builder("llama31_8b_decode", "dense", ShardingPlan(), batch=1, overrides=overrides)
+    r = b.build(0, len(b.order))
+    assert isinstance(r, Refusal) and r.limit == limit
+    assert words in r.detail
+
+
 def test_a_plan_that_does_not_divide_an_op_is_refused():
     _, b = builder("llama31_8b_decode", "dense", ShardingPlan(), overrides=["hardware=sn40l-8"])
     assert isinstance(b.build(0, 1), Candidate)
