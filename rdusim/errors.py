@@ -71,7 +71,12 @@ class SpecError(RdusimError):
             line=self.line if self.line is not None else line,
             fix=self.fix,
             path=self.path,
+            **self._extra(),
         )
+
+    def _extra(self) -> dict[str, Any]:
+        """What a subclass's copy needs beyond the location (see `located`)."""
+        return {}
 
 
 class InfeasibleError(SpecError):
@@ -83,6 +88,9 @@ class InfeasibleError(SpecError):
     def __init__(self, problem: str, *, limit: str | None = None, **where: Any) -> None:
         super().__init__(problem, **where)
         self.limit = limit
+
+    def _extra(self) -> dict[str, Any]:
+        return {"limit": self.limit}
 
 
 class SpecTypeError(SpecError, TypeError):

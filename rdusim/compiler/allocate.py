@@ -138,7 +138,9 @@ def _by_work(work: dict[str, float], floor: dict[str, int], total: int) -> dict[
     names = list(work)
     pcus = dict(floor)
     spare = total - sum(floor.values())
-    total_work = sum(work.values())
+    total_work = 0.0
+    for w in work.values():  # added in order (`sum` compensates floats from Python 3.12 on)
+        total_work += w
     if spare <= 0 or total_work <= 0:
         return pcus
     shares = {n: spare * w / total_work for n, w in work.items()}

@@ -95,8 +95,9 @@ def _tile_rate(per_tile: list[float], caps: list[float]) -> float:
     rate unless their op consumes slower (its cap). The rate is the largest r with
     sum(min(r, cap) * seconds per tile) <= 1: the channel's time, shared.
     """
-    used = 0.0
-    remaining = sum(per_tile)
+    used = remaining = 0.0
+    for seconds in per_tile:  # added in order (`sum` compensates floats from Python 3.12 on)
+        remaining += seconds
     for cap, seconds in sorted(zip(caps, per_tile, strict=True)):
         if remaining <= 0:
             break

@@ -27,6 +27,9 @@ from rdusim.search.segments import (
 from rdusim.search.space import ShardingPlan, plans_for
 from rdusim.spec.mapping import KernelSpec, Orchestration, Tiling
 
+# what grows as a kernel takes in more ops: once over one, every longer kernel is too
+UNIT_LIMITS = frozenset({Limit.SRAM, Limit.PCUS, Limit.PMUS})
+
 # SRAM caps, as fractions of a socket's, at which the front of latency vs peak kernel SRAM is
 # sampled (the cut that is fastest with no kernel above the cap)
 FRONT_GAIN = 1e-4
@@ -201,9 +204,10 @@ class LayerSearch:
         return self.best_kernel(plan, start, end, sram_cap)[1]
 
     def _stop(self, plan: ShardingPlan, start: int, end: int, sram_cap: float = math.inf) -> bool:
-        """No kernel reaching further left fits either: SRAM only grows with more ops."""
+        """No kernel reaching further left fits either: SRAM, and the minimum placement's PCUs
+        and PMUs, only grow with more ops."""
         c, _ = self.best_kernel(plan, start, end, sram_cap)
-        return isinstance(c, Refusal) and c.limit == Limit.SRAM
+        return isinstance(c, Refusal) and c.limit in UNIT_LIMITS
 
     # --- searches ------------------------------------------------------------------------
 

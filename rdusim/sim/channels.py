@@ -50,6 +50,8 @@ class Environment(simpy.Environment):
     queue as `step` does, in the same order."""
 
     def timeout(self, delay: float, value: Any = None) -> Timeout:  # type: ignore[override]
+        if delay < 0:  # as simpy's `Timeout` refuses it
+            raise ValueError(f"Negative delay {delay}")
         ev = Timeout.__new__(Timeout)
         ev.env = self
         ev.callbacks = []

@@ -114,3 +114,10 @@ def test_the_engine_on_these_channels_is_the_engine_on_simpys(
                 kernel, hw, tiles=12, iterations=iterations, sockets=sockets
             )
         assert repr(ours) == repr(theirs), kernel.name
+
+
+def test_a_negative_timeout_is_refused_as_simpy_refuses_it() -> None:
+    for env in (simpy.Environment(), channels.Environment()):
+        with pytest.raises(ValueError, match="Negative delay -1"):
+            env.timeout(-1)
+    assert channels.Environment().timeout(0.5).env is not None
