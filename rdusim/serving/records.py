@@ -101,7 +101,7 @@ class RunLog:
 
     def __init__(self) -> None:
         self.prefill = _columns(PREFILL_COLUMNS)
-        self.prefill_ids = array("i")  # each prefill's requests, one after the other
+        self.prefill_ids = array("q")  # each prefill's requests, one after the other
         self.decode = _columns(DECODE_COLUMNS)
         self.changes = _columns(OCCUPANCY_COLUMNS)
         self.switches: list[SwitchRun] = []

@@ -95,3 +95,12 @@ def test_prefills_come_back_with_their_requests() -> None:
         PrefillRun(0, 0.0, 1.0, 128, (3, 1)),
         PrefillRun(2, 0.5, 0.75, 16, (4,), 1, 2),
     ]
+
+
+def test_a_prefill_keeps_request_ids_beyond_32_bits() -> None:
+    # ids are 64-bit everywhere a run keeps them (the record table's too)
+    log = RunLog()
+    big = [2**31, 2**40 + 7]
+    log.add_prefill(0, 1.0, 2.0, 4096, big)
+    (run,) = log.prefills()
+    assert run.requests == tuple(big)
