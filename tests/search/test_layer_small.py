@@ -285,3 +285,28 @@ def test_a_span_s_first_fit_is_kept_by_plan_and_span_and_its_bound_is_below_its_
             assert math.isfinite(decode._bound(plan, i, j)) == math.isfinite(cost)
     spans = {(p, i, j) for p, i, j in decode._fits}
     assert len(spans) == len(plans) * n * (n + 1) // 2
+
+
+def test_the_scan_stops_at_a_kernel_over_the_pcus_as_at_one_over_sram(tiny) -> None:
+    """On sockets of 6 PCUs, a kernel of more than the last six ops of a tiny decode layer is
+    refused for its PCUs, and a longer one would be too: the search builds none longer."""
+    s = layer_search(tiny("decode", "hardware.socket.pcus=6"))
+    plan = next(iter(s.builders))
+    builder = s.builders[plan]
+    built: list[tuple[int, int]] = []
+    build = builder.build
+
+    def counting(start, end, *rest):
+        built.append((start, end))
+        return build(start, end, *rest)
+
+    builder.build = counting  # type: ignore[method-assign]
+    s.options(1)
+    refused: dict[int, int] = {}  # end -> the largest start refused for its PCUs
+    for start, end in set(built):
+        c = build(start, end)
+        if isinstance(c, Refusal):
+            assert c.limit == Limit.PCUS
+            refused[end] = max(refused.get(end, -1), start)
+    assert refused  # some kernels were over the PCUs
+    assert all(start >= refused.get(end, -1) for start, end in built)
