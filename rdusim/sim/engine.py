@@ -197,20 +197,21 @@ class _Run:
         order), so a looped kernel's prefetch only takes bandwidth the current one leaves."""
         if nbytes <= 0:
             return
-        rate = self.rates[kind]
-        req = res.request(priority=iteration)
+        yield from self.carry(
+            _Move(res, kind, nbytes, nbytes / self.rates[kind]), who, socket, iteration
+        )
+
+    def carry(self, m: _Move, who: str, socket: int, iteration: int) -> Process:
+        """Hold `m`'s channel for its seconds, in iteration order, and account for it."""
+        req = m.res.request(priority=iteration)
         yield req
-        start = self.env.now
-        yield self.env.timeout(nbytes / rate)
+        start = self.env._now
+        yield self.env.timeout(m.seconds)
         if socket == 0:
-            self.totals[kind] += nbytes / rate
-            self.totals[f"{kind}_bytes"] += nbytes
-            if kind == "hbm":
-                self.hbm_time[who] += nbytes / rate
-            elif kind == "ddr":
-                self.ddr_time[who] += nbytes / rate
-        self.record(kind.upper(), who, start, socket)
-        res.release(req)
+            self.moved(m, who)
+        if self.trace:
+            self.record(m.track, who, start, socket)
+        m.res.release(req)
 
     def fetch(
         self,
@@ -249,7 +250,7 @@ class _Run:
         return _Move(channels[1], "ddr", on_ddr, on_ddr / self.rates["ddr"])
 
     def moved(self, m: _Move, who: str) -> None:
-        """`transfer`'s accounting of one tile moved on socket 0."""
+        """The accounting of one tile moved on socket 0 (`carry`)."""
         self.totals[m.kind] += m.seconds
         self.totals[m.kind_bytes] += m.nbytes
         (self.hbm_time if m.kind == "hbm" else self.ddr_time)[who] += m.seconds
@@ -269,7 +270,7 @@ class _Run:
             for i in range(self.n):
                 if both:
                     yield from self.fetch(channels, per_tile, name, socket, it)
-                elif m is not None:  # `transfer`, inlined: the same events in the same order
+                elif m is not None:  # `carry`, inlined: a generator less per tile (6% of a run)
                     req = m.res.request(priority=it)
                     yield req
                     start = env._now
@@ -297,7 +298,7 @@ class _Run:
                 yield get()
                 if both:
                     yield from self.fetch(channels, per_tile, name, socket, it)
-                elif m is not None:  # `transfer`, inlined
+                elif m is not None:  # `carry`, inlined: a generator less per tile (6% of a run)
                     req = m.res.request(priority=it)
                     yield req
                     start = env._now
