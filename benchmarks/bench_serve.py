@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -193,7 +194,7 @@ def scale(counts: list[int], repeat: int) -> int:
 def parts(requests: int) -> None:
     """One point's parts, in this process: CPU seconds of each."""
     from rdusim.serving import serve as S
-    from rdusim.serving.engine import RequestSet, drawn_steps_of, simulate_models
+    from rdusim.serving.engine import Engine, RequestSet, drawn_steps_of
     from rdusim.serving.metrics import summary
 
     clock = time.process_time
@@ -210,11 +211,13 @@ def parts(requests: int) -> None:
     graphs = [r.graphs() for r in runs]
     drawn_steps_of(shared, graphs, config.seed)
     t3 = clock()
-    result = simulate_models(shared, graphs, config)
+    engine = Engine(shared, graphs, config)
+    result = engine.run()
     t4 = clock()
     summary(result, workload.spec.slo)
     t5 = clock()
     one = t5 - t3
+    events = engine.env.processed
     print(f"\none point of {requests:,} requests, CPU seconds by part (graph times cold):\n")
     print(
         "| graph times | requests | accepted-token draws | one run | its metrics | "
@@ -225,6 +228,46 @@ def parts(requests: int) -> None:
         f"| {t1 - t0:.2f} | {t2 - t1:.2f} | {t3 - t2:.2f} | {t4 - t3:.2f} | {t5 - t4:.2f} | "
         f"{requests / one:,.0f} |"
     )
+    floor(requests, events, t4 - t3)
+
+
+def floor(requests: int, events: int, run_s: float) -> None:
+    """What the simulation's events cost by themselves, in this process: as many events as the
+    run processed, each scheduled and processed with nothing to do, (a) by the engine's
+    environment and (b) by the least an event queue in Python does (a heap of (time, priority,
+    order, function) and a call). For a point of a million requests (three simulations) each is
+    a floor that no change to what an event does can go below; (b) also bounds any engine,
+    simpy or not, that takes an event per state change."""
+    from heapq import heappop, heappush
+    from itertools import count
+
+    from rdusim.serving.events import ServingEnvironment
+
+    def nothing(_: object) -> None:
+        pass
+
+    env = ServingEnvironment()
+    t0 = time.process_time()
+    for i in range(events):
+        env.at(float(i), 1).callbacks.append(nothing)
+    env.run_all()
+    t1 = time.process_time()
+    queue: list[tuple[float, int, int, Callable[[object], None]]] = []
+    order = count()
+    for i in range(events):
+        heappush(queue, (float(i), 1, next(order), nothing))
+    while queue:
+        heappop(queue)[3](None)
+    t2 = time.process_time()
+    print(f"\nthe simulation's {events:,} events ({events / requests:.2f} per request), alone:\n")
+    print("| event queue | CPU (s) | of the simulation | µs per event | 1,000,000 requests (s) |")
+    print("|---|---:|---:|---:|---:|")
+    for name, seconds in (("the engine's", t1 - t0), ("a bare heap", t2 - t1)):
+        million = 3 * seconds / requests * 1_000_000
+        print(
+            f"| {name} | {seconds:.2f} | {seconds / run_s:.0%} | {1e6 * seconds / events:.2f} | "
+            f"{million:.1f} |"
+        )
 
 
 def cases(requests: int, repeat: int) -> int:

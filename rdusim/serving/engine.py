@@ -65,6 +65,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -275,7 +276,8 @@ class Engine:
         else:
             self._build_disaggregated()
         self.arrived_count = 0  # requests arrived so far, in arrival order
-        self.env.at(0, URGENT).callbacks.append(lambda _: self._arrivals())  # after the nodes
+        self._due = partial(self._arrivals, True)  # the next arrival's event
+        self.env.call_at(0, URGENT, self._arrivals)  # after the nodes
 
     def _batches(self, node: int, rank: int) -> list[DecodeBatch]:
         """A node's decode batches, one per model, waking at the node's priority."""
@@ -328,7 +330,7 @@ class Engine:
                 return steps
         return self.models[rec.model].shape.decode_steps(rec.output_tokens)
 
-    def _arrivals(self, due: object = None) -> None:
+    def _arrivals(self, due: bool = False) -> None:
         """The requests of this instant join their models' queues (the one the event was due
         for, and those arriving no later than now), whoever waits for prompts is told, and the
         next arrival is scheduled (as simpy's timeout would: now + the gap)."""
@@ -342,7 +344,7 @@ class Engine:
         )
         first = i = self.arrived_count
         now, n = env.now, len(ids)
-        while i < n and ((due is not None and i == first) or not times[i] > now):
+        while i < n and ((due and i == first) or not times[i] > now):
             m = models[i]
             queues[m].append(RequestRecord(ids[i], times[i], prompts[i], outputs[i], m))
             i += 1
@@ -350,7 +352,7 @@ class Engine:
             self.arrived_count = i
             self._arrived()
         if i < n:
-            env.at(now + (times[i] - now), NORMAL).callbacks.append(self._arrivals)
+            env.call_at(now + (times[i] - now), NORMAL, self._due)
 
     def _arrived(self) -> None:
         if self.config.mode == DeploymentMode.COLOCATED:
@@ -607,8 +609,10 @@ class Engine:
         group = self._take_prompts(most)
         start = self.env.now
         graph = self._start_prefill(node, group)
-        done = self.env.after(self.graph_s(0, graph), node_priority(node))
-        done.callbacks.append(lambda _: self._prefill_done(node, group, start, graph))
+        done = self.env.now + self.graph_s(0, graph)
+        self.env.call_at(
+            done, node_priority(node), partial(self._prefill_done, node, group, start, graph)
+        )
         return True
 
     def _prefill_done(
@@ -659,8 +663,7 @@ class Engine:
                 start = max(self.env.now, self.link_free[batch.node])
                 end = self.link_free[batch.node] = start + seconds
                 rec.transfer_start_s, rec.transfer_end_s = start, end
-                arrived = self.env.at(end, NORMAL)
-                arrived.callbacks.append(lambda _, rec=rec, batch=batch: self._arrive(rec, batch))
+                self.env.call_at(end, NORMAL, partial(self._arrive, rec, batch))
             else:  # nothing to move: the cache is there before the next step starts
                 rec.transfer_start_s = rec.transfer_end_s = self.env.now
                 self._arrive(rec, batch)

@@ -18,7 +18,10 @@ and the end of the run sorts where its last step's end would have.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from heapq import heappop, heappush
+from types import FunctionType, MethodType
 from typing import Any
 
 import simpy
@@ -26,6 +29,11 @@ from simpy.events import NORMAL, Event
 
 FIRST_NODE_PRIORITY = 2  # after simpy's URGENT (0) and NORMAL (1) events of the same instant
 WAKE_PRIORITY = 1 << 30  # an idle node woken: after every node's graph execution of the instant
+
+
+# What `call_at` queues in place of an event: a function called with no argument (the kinds
+# `run_all` tells from an event by their class alone).
+CALLS: frozenset[Any] = frozenset({FunctionType, MethodType, partial})
 
 
 def node_priority(rank: int) -> int:
@@ -64,12 +72,25 @@ class ServingEnvironment(simpy.Environment):
         """An event `delay` seconds from now (the time simpy's `timeout` would give)."""
         return self.at(self._now + delay, priority)
 
+    def call_at(self, time: float, priority: int, call: Callable[[], object]) -> None:
+        """`call()` at `time` (no earlier than now) with `priority`: an event no one waits for
+        and nothing cancels, queued as the function itself (in the order an event made now
+        would take) rather than as an event with a list of callbacks."""
+        if call.__class__ not in CALLS:
+            raise TypeError(f"call_at takes a function, method or partial, not {call!r}")
+        queue: list[Any] = self._queue
+        heappush(queue, (time, priority, next(self._eid), call))
+
     def run_all(self) -> None:
         """Process every event (simpy's `run()` without `until`), noting each one's priority."""
         queue: list[Any] = self._queue
+        calls = CALLS
         while queue:
             self.processed += 1
             self._now, self.priority, _, event = heappop(queue)
+            if event.__class__ in calls:  # queued by `call_at`
+                event()
+                continue
             callbacks, event.callbacks = event.callbacks, None
             for callback in callbacks:
                 callback(event)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from simpy.events import NORMAL, URGENT
 
 from rdusim.serving.events import WAKE_PRIORITY, Alarm, ServingEnvironment, node_priority
@@ -86,3 +90,53 @@ def test_a_failed_process_fails_the_run_with_its_error() -> None:
     env.process(fails())
     with pytest.raises(ValueError, match="no chunk graph"):
         env.run_all()
+
+
+SCHEDULE = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.5, 1.0, 2.0]),  # time: ties are the point
+        st.sampled_from([URGENT, NORMAL, node_priority(0), node_priority(3)]),
+        st.sampled_from(["event", "function", "method", "partial"]),
+    ),
+    max_size=30,
+)
+
+
+@given(SCHEDULE)
+def test_a_queued_function_runs_where_an_event_made_then_would(
+    schedule: list[tuple[float, int, str]],
+) -> None:
+    """`call_at` entries (functions, bound methods, partials) and events interleave in the
+    order events alone would take: by time, then priority, then the order they were made; each
+    runs once, and each counts as one processed event."""
+    env = ServingEnvironment()
+    seen: list[int] = []
+
+    class Holder:
+        def __init__(self, k: int) -> None:
+            self.k = k
+
+        def ring(self) -> None:
+            seen.append(self.k)
+
+    for k, (time, priority, kind) in enumerate(schedule):
+        if kind == "event":
+            env.at(time, priority).callbacks.append(lambda _, k=k: seen.append(k))
+        elif kind == "function":
+            env.call_at(time, priority, lambda k=k: seen.append(k))
+        elif kind == "method":
+            env.call_at(time, priority, Holder(k).ring)
+        else:
+            env.call_at(time, priority, partial(seen.append, k))
+    env.run_all()
+    # the oracle: a stable sort of the schedule by (time, priority)
+    expected = sorted(range(len(schedule)), key=lambda k: schedule[k][:2])
+    assert seen == expected
+    assert env.processed == len(schedule)
+
+
+def test_call_at_refuses_what_the_run_would_take_for_an_event() -> None:
+    env = ServingEnvironment()
+    with pytest.raises(TypeError, match="function, method or partial"):
+        env.call_at(1.0, NORMAL, [].clear)  # a builtin method
+    assert env.run_all() is None and env.processed == 0
