@@ -233,36 +233,51 @@ def parts(requests: int) -> None:
 
 def floor(requests: int, events: int, run_s: float) -> None:
     """What the simulation's events cost by themselves, in this process: as many events as the
-    run processed, each scheduled and processed with nothing to do, (a) by the engine's
-    environment and (b) by the least an event queue in Python does (a heap of (time, priority,
-    order, function) and a call). For a point of a million requests (three simulations) each is
-    a floor that no change to what an event does can go below; (b) also bounds any engine,
-    simpy or not, that takes an event per state change."""
+    run processed, each scheduled and processed with nothing to do, by the engine's environment
+    (as an event with callbacks, `at`, and as a function, `call_at`, which the run's arrivals,
+    prefills and transfers are) and by the least an event queue in Python does (a heap of
+    (time, priority, order, function) and a call). For a point of a million requests (three
+    simulations) each is a floor that no change to what an event does can go below; the bare
+    heap bounds any engine, simpy or not, that takes an event per state change."""
     from heapq import heappop, heappush
     from itertools import count
 
     from rdusim.serving.events import ServingEnvironment
 
-    def nothing(_: object) -> None:
+    def nothing(_: object = None) -> None:
         pass
 
-    env = ServingEnvironment()
-    t0 = time.process_time()
-    for i in range(events):
-        env.at(float(i), 1).callbacks.append(nothing)
-    env.run_all()
-    t1 = time.process_time()
-    queue: list[tuple[float, int, int, Callable[[object], None]]] = []
-    order = count()
-    for i in range(events):
-        heappush(queue, (float(i), 1, next(order), nothing))
-    while queue:
-        heappop(queue)[3](None)
-    t2 = time.process_time()
+    def engine_events() -> None:
+        env = ServingEnvironment()
+        for i in range(events):
+            env.at(float(i), 1).callbacks.append(nothing)
+        env.run_all()
+
+    def engine_calls() -> None:
+        env = ServingEnvironment()
+        for i in range(events):
+            env.call_at(float(i), 1, nothing)
+        env.run_all()
+
+    def bare_heap() -> None:
+        queue: list[tuple[float, int, int, Callable[[], None]]] = []
+        order = count()
+        for i in range(events):
+            heappush(queue, (float(i), 1, next(order), nothing))
+        while queue:
+            heappop(queue)[3]()
+
     print(f"\nthe simulation's {events:,} events ({events / requests:.2f} per request), alone:\n")
     print("| event queue | CPU (s) | of the simulation | µs per event | 1,000,000 requests (s) |")
     print("|---|---:|---:|---:|---:|")
-    for name, seconds in (("the engine's", t1 - t0), ("a bare heap", t2 - t1)):
+    for name, queue in (
+        ("the engine's, as events (`at`)", engine_events),
+        ("the engine's, as functions (`call_at`)", engine_calls),
+        ("a bare heap", bare_heap),
+    ):
+        t0 = time.process_time()
+        queue()
+        seconds = time.process_time() - t0
         million = 3 * seconds / requests * 1_000_000
         print(
             f"| {name} | {seconds:.2f} | {seconds / run_s:.0%} | {1e6 * seconds / events:.2f} | "
