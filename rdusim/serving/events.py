@@ -14,6 +14,10 @@ instant's graph executions have ended, idle nodes in the order they began waitin
 That rule is what lets a run of identical decode steps take one event (`Alarm`): a step end at
 which nothing changes schedules nothing, so leaving it out changes the order of no other event,
 and the end of the run sorts where its last step's end would have.
+
+An event that no process waits on and nothing moves (an arrival, a disaggregated prefill's end,
+a cache's transfer) is queued as the function it calls (`call_at`), taking the same place in
+the order an event made at that moment would, without an event object and its callback list.
 """
 
 from __future__ import annotations
