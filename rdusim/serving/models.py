@@ -30,6 +30,7 @@ from rdusim.errors import SpecError
 from rdusim.spec.catalog import package_dir, resolve_model, shipped_models
 from rdusim.spec.hardware import load_hardware
 from rdusim.spec.model import ModelSpec, load_model_config
+from rdusim.spec.overrides import apply_hardware_overrides, parse_overrides
 from rdusim.spec.workload import ModelClassSpec, ResolvedWorkload
 
 DEFAULT_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
@@ -145,18 +146,14 @@ def _model(
 
 
 def _head_split(model: ModelSpec, sets: tuple[str, ...]) -> tuple[str, ...]:
-    """The prefill attention kernel's degree when the node's sockets do not divide the heads
-    (the sockets of the hardware the last `hardware=` names, or the last
-    `hardware.node.sockets=`, in the order the `--set`s apply)."""
-    hardware = DEFAULT_HARDWARE
-    sockets: int | None = None
-    for key, _, value in (o.partition("=") for o in sets):
-        if key == "hardware":
-            hardware, sockets = value, None
-        elif key == "hardware.node.sockets" and value.isdigit():
-            sockets = int(value)
-    if sockets is None:
-        sockets = load_hardware(hardware).sockets
+    """The prefill attention kernel's degree when the node's sockets do not divide the heads:
+    the sockets of the hardware the default mapping will run on, found as `load_mapping` finds
+    it (the last `hardware=` preset, with every `hardware.*` and `calibration.*` set applied)."""
+    file = template("prefill")
+    parsed = parse_overrides(list(sets), file)
+    named = [str(o.value) for o in parsed.mapping if o.key == "hardware"]
+    hardware = load_hardware(named[-1] if named else DEFAULT_HARDWARE)
+    sockets = apply_hardware_overrides(hardware, parsed.hardware, file).sockets
     heads = model.num_attention_heads
     if heads % sockets == 0:
         return ()

@@ -10,7 +10,9 @@ import pytest
 
 from rdusim.errors import SpecError
 from rdusim.report.serving import dumps
+from rdusim.serving.models import template
 from rdusim.serving.serve import serve
+from rdusim.spec.mapping import load_mapping
 from rdusim.spec.workload import load_workload
 
 TWO_MODELS = """\
@@ -134,8 +136,9 @@ def test_a_budget_below_a_models_plan_is_refused(tmp_path: Path) -> None:
 
 def test_a_default_mapping_splits_heads_over_the_sockets_the_run_sets(tmp_path: Path) -> None:
     """Qwen2.5-7B's 28 heads: on 16 sockets the prefill attention runs over gcd's largest power
-    of two, 4; with --set hardware.node.sockets=2 (or a 2-socket hardware named later) 2 divides
-    28, so no split is set; the last setting wins."""
+    of two, 4; with --set hardware.node.sockets=2 2 divides 28, so no split is set. The sockets
+    are the ones the mapping runs on: `hardware.node.sockets` applies to whichever preset
+    `hardware=` names, in any order, and a value is read as YAML reads it (`+2` is 2)."""
     from rdusim.serving.models import served_models
 
     path = tmp_path / "q.yaml"
@@ -151,6 +154,8 @@ def test_a_default_mapping_splits_heads_over_the_sockets_the_run_sets(tmp_path: 
     assert split([]) == ("kernels.dense.MHA.sharding.tp=4",)  # 28 heads, 16 sockets
     assert split(["hardware.node.sockets=2"]) == ()
     assert split(["hardware=sn40l-8"]) == ("kernels.dense.MHA.sharding.tp=4",)  # 28 on 8
-    assert split(["hardware.node.sockets=2", "hardware=sn40l-16"]) == (
-        "kernels.dense.MHA.sharding.tp=4",
-    )
+    assert split(["hardware.node.sockets=2", "hardware=sn40l-16"]) == ()
+    assert split(["hardware.node.sockets=+2"]) == ()
+    # the oracle: the sockets `load_mapping` resolves for the default prefill mapping
+    sets = ["model=qwen2.5-7b", "hardware.node.sockets=2", "hardware=sn40l-16"]
+    assert load_mapping(template("prefill"), sets).hardware.sockets == 2
