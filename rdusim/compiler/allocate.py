@@ -38,12 +38,8 @@ def efficiency(hw: Hardware, cost_class: CostClass) -> float:
     return hw.calibration.efficiency(cost_class)
 
 
-def min_pcus(p: OpPlan, hw: Hardware) -> int:
-    """The fewest PCUs an op can be placed on (0 for an op without arithmetic)."""
-    return _least_pcus(p, hw.socket.pcu.stages)
-
-
 def _least_pcus(p: OpPlan, stages: int) -> int:
+    """The fewest PCUs an op can be placed on (0 for an op without arithmetic)."""
     if p.cost_class == CostClass.MEMORY or p.flops <= 0:
         return 0
     if p.cost_class == CostClass.SYSTOLIC:
@@ -63,13 +59,6 @@ def op_pmus(p: OpPlan, pcus: int, hw: Hardware) -> int:
     """PMUs of an op on `pcus` PCUs: operand staging or buffers, whichever needs more."""
     staging = math.ceil(hw.socket.staging_pmus_per_pcu * pcus)
     return max(buffer_pmus(p, hw), staging)
-
-
-def pcu_seconds(p: OpPlan, hw: Hardware) -> float:
-    """An op's compute in PCU-seconds at its cost class's achieved rate."""
-    if p.cost_class == CostClass.MEMORY or p.flops <= 0:
-        return 0.0
-    return p.flops / (hw.socket.flops_per_pcu * efficiency(hw, p.cost_class))
 
 
 def phases(kernel: Kernel) -> dict[str, int]:
@@ -213,7 +202,7 @@ def _demand(kernel: Kernel, hw: Hardware, phase: dict[str, int] | None = None) -
     for p in kernel.ops:
         n = p.name
         least[n] = floor = _least_pcus(p, stages)
-        if floor > 0:  # `pcu_seconds`, its hardware constants read once
+        if floor > 0:  # its compute in PCU-seconds at its cost class's achieved rate
             rate = rates.get(p.cost_class)
             if rate is None:
                 rate = rates[p.cost_class] = fpp * efficiency(hw, p.cost_class)

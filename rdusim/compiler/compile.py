@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rdusim.compiler.allocate import allocate, check_units
@@ -26,7 +26,6 @@ from rdusim.compiler.program import (
 )
 from rdusim.compiler.sharding import (
     BaseKey,
-    LayerInput,
     OpBase,
     ShardContext,
     fused_shardings,
@@ -123,25 +122,19 @@ def build_kernels(
     wl: Workload,
     ctx: CompileContext,
     check: bool = True,
-    only: Collection[str] | None = None,
-    layer_input: LayerInput | None = None,
     part: str | None = None,
     units: bool = True,
     bases: dict[BaseKey, OpBase] | None = None,
 ) -> list[Kernel]:
-    """The kernels of one layer graph; `only` names the kernels to build (the sharding pass still
-    sees them all, since layouts and traffic at a kernel's edges depend on its neighbours),
-    `layer_input` is the layer input's layout when a caller already knows it (`shard`), and
-    `part` the placement part whose tier holds the weights (default: `kind`, a layer kind);
-    without `units` the kernels' PCUs and PMUs are not allocated (a caller that reads only
-    their SRAM); `bases` keeps the sharding walk's ops for walks of other subgraphs (`walk`)."""
+    """The kernels of one layer graph; `part` is the placement part whose tier holds the
+    weights (default: `kind`, a layer kind); without `units` the kernels' PCUs and PMUs are
+    not allocated (a caller that reads only their SRAM); `bases` keeps the sharding walk's ops
+    for walks of other subgraphs (`walk`)."""
     sctx = shard_context(fused, wl, ctx)
-    sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, layer_input, bases)
+    sharded = walk(graph, fused_shardings(fused, kind, sctx), sctx, bases)
     weights, cache = ctx.placement.weights_of(part or kind), ctx.placement.kv_cache
     kernels: list[Kernel] = []
     for fk in fused:
-        if only is not None and fk.spec.name not in only:
-            continue
         plans = sharded.kernel_plans(fk.ops, sctx.kv_blocks.get(fk.spec.name))
         collectives = sharded.kernel_collectives(plans)
         ops = list(plans.values())

@@ -309,15 +309,6 @@ class ShardedLayer:
     collectives: list[Collective]
     host: dict[int, str]  # collective index -> op whose kernel hosts it
     layouts: dict[str, Layout]
-    layer_input: LayerInput  # how the layer's input arrived (the previous layer's output)
-
-
-@dataclass(frozen=True)
-class LayerInput:
-    """Layouts, and the sockets a split spans, of a layer's input tensors."""
-
-    layouts: dict[str, Layout]
-    degrees: dict[str, int]
 
 
 @dataclass
@@ -641,7 +632,6 @@ class LayerWalk:
     collectives: list[Collective]
     host: dict[int, str]  # collective index -> op whose kernel hosts it
     layouts: dict[str, Layout]
-    layer_input: LayerInput
     workload: Workload
     prefill: bool
 
@@ -686,7 +676,6 @@ def walk(
     graph: Graph,
     sharding_of: Callable[[Op], OpSharding],
     ctx: ShardContext,
-    layer_input: LayerInput | None = None,
     bases: dict[BaseKey, OpBase] | None = None,
 ) -> LayerWalk:
     """Shard every op of a layer under `sharding_of` (see `shard`). `bases`, if given, keeps
@@ -694,20 +683,13 @@ def walk(
     of one graph (the greedy auto-mapper's growing trial kernels); the caller keeps the ops,
     tensors and routing it names alive for as long as it keeps `bases`."""
     layer_in = graph.graph_inputs()
-    if layer_input is None:
-        st = _State(layouts=dict.fromkeys(layer_in, R))
-        passes = 2
-    else:
-        st = _State(layouts=dict(layer_input.layouts), degrees=dict(layer_input.degrees))
-        passes = 1
-    start = LayerInput({}, {})
+    st = _State(layouts=dict.fromkeys(layer_in, R))
     base: dict[str, OpBase] = {}
-    for pass_ in range(passes, 0, -1):
-        start = LayerInput(
-            {t: st.layouts.get(t, R) for t in layer_in},
-            {t: st.degrees.get(t, 1) for t in layer_in},
+    for pass_ in (2, 1):  # the layer input's layout and split, from the pass before
+        st = _State(
+            layouts={t: st.layouts.get(t, R) for t in layer_in},
+            degrees={t: st.degrees.get(t, 1) for t in layer_in},
         )
-        st = _State(layouts=dict(start.layouts), degrees=dict(start.degrees))
         for op in graph:
             sh = sharding_of(op)
             need, out = _walk_op(graph, op, sh, st, ctx)
@@ -719,7 +701,7 @@ def walk(
             if graph.tensors[t].kind != TensorKind.CACHE:
                 st.layouts[t] = final
                 st.degrees[t] = st.degrees.get(outs[0], 1) if outs else 1
-    return LayerWalk(graph, base, st.colls, st.host, st.layouts, start, ctx.workload, ctx.prefill)
+    return LayerWalk(graph, base, st.colls, st.host, st.layouts, ctx.workload, ctx.prefill)
 
 
 def _kept_base(
@@ -783,19 +765,17 @@ def shard(
     fused: list[FusedKernel],
     kind: str,
     ctx: ShardContext,
-    layer_input: LayerInput | None = None,
 ) -> ShardedLayer:
     """Split every op of a fused layer over the sockets and insert the collectives it needs.
 
     Two passes: the layer's input arrives in the layout the previous layer (the same graph)
     leaves its output in, which is known only after one pass. Layouts do not depend on where
     kernel boundaries fall, so a caller compiling many fusions of one layer under the same
-    shardings may pass the `layer_input` an earlier result found and skip the first pass (or
-    keep the `walk` itself and ask it for each kernel's plans).
+    shardings keeps the `walk` itself and asks it for each kernel's plans.
     """
-    w = walk(graph, fused_shardings(fused, kind, ctx), ctx, layer_input)
+    w = walk(graph, fused_shardings(fused, kind, ctx), ctx)
     plans: dict[str, OpPlan] = {}
     for fk in fused:
         plans |= w.kernel_plans(fk.ops, ctx.kv_blocks.get(fk.spec.name))
     ordered = {op.name: plans[op.name] for op in graph}
-    return ShardedLayer(ordered, w.collectives, w.host, w.layouts, w.layer_input)
+    return ShardedLayer(ordered, w.collectives, w.host, w.layouts)

@@ -40,9 +40,9 @@ to the simulator is measured on every kernel of every shipped mapping (`tests/co
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from rdusim.compiler.program import Kernel, OpPlan
 from rdusim.cost.calls import call_cost
@@ -246,8 +246,27 @@ def _stages(ops: Iterable[OpPlan], hw: Hardware) -> dict[str, _Stage]:
     return stages
 
 
+class _Phased(Protocol):
+    """What `_phases` reads of a stage (here and in `analytic_members`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def blocking(self) -> bool: ...
+
+
+class _Sourced(Protocol):
+    """What `_phases` reads of a feed."""
+
+    @property
+    def src(self) -> str | None: ...
+
+
 def _phases(
-    stages: Iterable[_Stage], producers: dict[str, list[str]], feeds: dict[str, list[_Feed]]
+    stages: Iterable[_Phased],
+    producers: dict[str, list[str]],
+    feeds: Mapping[str, Sequence[_Sourced]],
 ) -> dict[str, int]:
     """The phase each op runs in: the latest of its producers' (in-kernel ops and the sources
     of its collectives), one later if it blocks; 0 with none. `stages` come producers first."""

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from rdusim.compiler.collectives import CollectiveKind, Topology, collective_cost
 from rdusim.compiler.program import Kernel
-from rdusim.cost.analytic import _OUT, _producers, _topological
+from rdusim.cost.analytic import _OUT, _phases, _producers, _topological
 from rdusim.spec.hardware import Hardware
 from rdusim.spec.mapping import Orchestration
 
@@ -106,13 +106,7 @@ class _Pipe:
             self.stages[p.name] = _Stage(
                 p.name, p.blocking, compute, hbm_in / mb.hbm_rate, p.hbm_write / mb.hbm_rate
             )
-        self.phase: dict[str, int] = {}
-        for s in self.stages.values():
-            up = [
-                *self.producers.get(s.name, ()),
-                *(f.src for f in self.feeds.get(s.name, ()) if f.src),
-            ]
-            self.phase[s.name] = max((self.phase[u] for u in up), default=0) + int(s.blocking)
+        self.phase = _phases(self.stages.values(), self.producers, self.feeds)
         self.start: dict[str, Floats] = {}
         self.end: dict[str, Floats] = {}
         self.jobs: list[tuple[Floats, Floats]] = []

@@ -99,9 +99,6 @@ class LayerSearch:
     cost: KernelCost
     orchestration: Orchestration
     builders: dict[ShardingPlan, CandidateBuilder] = field(default_factory=dict)
-    _costs: dict[tuple[ShardingPlan, int, int], tuple[float, int | None]] = field(
-        default_factory=dict
-    )
     _seconds: dict[CandidateKey, float] = field(default_factory=dict)
     _bounds: dict[CandidateKey, float] = field(default_factory=dict)  # `_bound`'s, by candidate
     _fits: dict[tuple[ShardingPlan, int, int], Candidate | Refusal] = field(default_factory=dict)
@@ -128,8 +125,6 @@ class LayerSearch:
 
     def candidate_s(self, c: Candidate) -> float:
         """`kernel_s` of a candidate, once per distinct candidate kernel."""
-        if c.key is None:
-            return self.kernel_s(c.kernel)
         if c.key not in self._seconds:
             self._seconds[c.key] = self.kernel_s(c.kernel)
         return self._seconds[c.key]
@@ -183,8 +178,6 @@ class LayerSearch:
         c = self._first_fit(plan, start, end)
         if isinstance(c, Refusal):
             return math.inf
-        if c.key is None:
-            return latency_lower_bound_s(c.kernel, self.ctx.hw, orchestration=self.orchestration)
         if c.key in self._seconds:
             return self._seconds[c.key]
         if c.key not in self._bounds:
@@ -194,13 +187,7 @@ class LayerSearch:
         return self._bounds[c.key]
 
     def _cost(self, plan: ShardingPlan, start: int, end: int, sram_cap: float) -> float:
-        if sram_cap == math.inf:
-            key = (plan, start, end)
-            if key not in self._costs:
-                c, s = self.best_kernel(plan, start, end)
-                kv = c.kv_block if isinstance(c, Candidate) else None
-                self._costs[key] = (s, kv)
-            return self._costs[key][0]
+        """`best_kernel`'s time (its fit and its cost are kept, so asking again is cheap)."""
         return self.best_kernel(plan, start, end, sram_cap)[1]
 
     def _stop(self, plan: ShardingPlan, start: int, end: int, sram_cap: float = math.inf) -> bool:

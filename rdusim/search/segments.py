@@ -65,7 +65,7 @@ class Candidate:
     end: int
     kv_block: int | None
     kernel: Kernel
-    key: CandidateKey | None = None  # its content in its layer's `KernelPool`
+    key: CandidateKey  # its content in its layer's `KernelPool`
 
 
 def kernel_spec(

@@ -559,7 +559,7 @@ def _grow(graph, kind, wl, prefill, bases):
     for k in range(1, len(order) + 1):
         sub = graph.subgraph(order[:k])
         fused = one_kernel(sub, kind)
-        w = walk_(sub, fused_shardings(fused, kind, sctx), sctx, None, bases)
+        w = walk_(sub, fused_shardings(fused, kind, sctx), sctx, bases)
         out.append({n: (b.key(), b.flash.bytes(None)) for n, b in w.ops.items()})
     return out
 
